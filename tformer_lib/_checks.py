@@ -1,0 +1,64 @@
+"""输入检查：坏输入给出清楚的错误——点名参数、收到了什么、期望什么。"""
+
+from collections.abc import Sequence
+
+import torch
+
+
+def positive_int(name: str, value) -> int:
+    """要求 ``value`` 是正整数。"""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value}")
+    return value
+
+
+def tensor_with_dim(name: str, x, dim: int, layout: str) -> torch.Tensor:
+    """要求 ``x`` 是 ``dim`` 维张量，``layout`` 是期望形状的写法，如 ``"(B, T, d_model)"``。"""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {layout}, got {type(x).__name__}")
+    if x.dim() != dim:
+        raise ValueError(f"{name} must be a {dim}-D tensor {layout}, got shape {tuple(x.shape)}")
+    return x
+
+
+def non_empty_sequence(name: str, x: torch.Tensor, seq_dim: int = -2) -> None:
+    """要求序列维度长度至少为 1。"""
+    if x.shape[seq_dim] == 0:
+        raise ValueError(f"{name} is an empty sequence (shape {tuple(x.shape)}); expected length >= 1")
+
+
+def token_ids(name: str, tokens, vocab_size: int) -> torch.Tensor:
+    """要求 ``tokens`` 是整数张量，且每个 id 都落在 ``[0, vocab_size)`` 内。"""
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool or tokens.is_complex():
+        raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    if tokens.numel() > 0:
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} holds token ids in [{low}, {high}], outside the vocabulary [0, {vocab_size - 1}]"
+            )
+    return tokens
+
+
+def bool_mask(name: str, mask, target_shape: Sequence[int]) -> torch.Tensor:
+    """要求 ``mask`` 是布尔张量（True = 可以关注），且能广播到 ``target_shape``。"""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a bool torch.Tensor (True = may attend), got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}; "
+            f"convert with `{name} = {name} != 0` if 1 marks the positions to keep"
+        )
+    try:
+        broadcast = torch.broadcast_shapes(tuple(mask.shape), tuple(target_shape))
+    except RuntimeError:
+        broadcast = None
+    if broadcast != tuple(target_shape):
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the score shape {tuple(target_shape)}"
+        )
+    return mask

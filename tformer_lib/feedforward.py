@@ -1,0 +1,29 @@
+"""逐位置前馈网络（position-wise feed-forward network）。"""
+
+import torch
+from torch import nn
+
+from ._checks import positive_int
+
+_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+class PositionwiseFeedForward(nn.Module):
+    r"""对每个位置独立地做同一个两层网络：:math:`\mathrm{FFN}(x) = W_2\,\phi(W_1 x + b_1) + b_2`。
+
+    默认激活 :math:`\phi` 是论文的 ReLU，也可选 GELU。形状 ``(B, T, d_model)`` 进、``(B, T, d_model)`` 出。
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
+        super().__init__()
+        positive_int("d_model", d_model)
+        positive_int("d_ff", d_ff)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.activation = _ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)
+        self.w_2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))  # (B, T, d_model)

@@ -1,0 +1,44 @@
+"""K/V 缓存（KV cache）：增量解码时，已生成位置的键和值不必每步重算。"""
+
+import torch
+
+
+class AttentionCache:
+    """一个注意力模块的缓存。
+
+    - 自注意力（``static=False``）：每步把新位置的 K、V 接到末尾；
+    - 交叉注意力（``static=True``）：K、V 来自编码器输出，第一次算好后原样复用。
+    """
+
+    def __init__(self, static: bool = False):
+        self.static = static
+        self.k: torch.Tensor | None = None  # (B, h, T_cached, d_k)
+        self.v: torch.Tensor | None = None  # (B, h, T_cached, d_k)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """存入新的 K、V（自注意力时与旧的拼接），返回这一步应使用的完整 K、V。"""
+        if self.k is not None and not self.static:
+            k = torch.cat([self.k, k], dim=2)  # (B, h, T_cached + T_new, d_k)
+            v = torch.cat([self.v, v], dim=2)  # (B, h, T_cached + T_new, d_k)
+        self.k, self.v = k, v
+        return k, v
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """按 ``index`` 重排批次维（束搜索 beam search 在每步挑选存活的候选时用）。"""
+        if self.k is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+
+
+class KVCache:
+    """整个解码器的缓存：每层一个自注意力缓存和一个交叉注意力缓存，外加已解码的长度。"""
+
+    def __init__(self, n_layers: int):
+        self.self_attn = [AttentionCache(static=False) for _ in range(n_layers)]
+        self.cross_attn = [AttentionCache(static=True) for _ in range(n_layers)]
+        self.length = 0  # 已写入缓存的目标位置数；下一个词元的位置就是它
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """按 ``index`` 重排所有层缓存的批次维。"""
+        for cache in (*self.self_attn, *self.cross_attn):
+            cache.reorder(index)

@@ -1,0 +1,145 @@
+"""位置编码（positional encoding）：把“第几个位置”变成能与词嵌入相加的向量。
+
+本模块有四种做法：
+- 正弦余弦位置编码（sinusoidal），与论文公式逐项一致，没有参数；
+- 可学习位置嵌入（learned positional embedding），每个位置一行参数；
+- 旋转位置编码 RoPE（rotary position embedding），作用在 Q、K 上，采用“前后两半”（half-split）约定；
+- ALiBi（attention with linear biases），直接给注意力分数加一个与距离成正比的偏置。
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from ._checks import positive_int, tensor_with_dim
+
+
+def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
+    r"""论文的正弦余弦位置编码，返回 ``(max_len, d_model)``。
+
+    .. math::
+        PE(pos, 2i) = \sin\!\left(pos / 10000^{2i/d_{model}}\right),\quad
+        PE(pos, 2i+1) = \cos\!\left(pos / 10000^{2i/d_{model}}\right)
+
+    偶数维用正弦、奇数维用余弦；同一对 (2i, 2i+1) 共用一个频率。先用 float64 计算再转成 float32。
+    """
+    positive_int("max_len", max_len)
+    positive_int("d_model", d_model)
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d_model/2),) 即 2i
+    angle = pos / (10000.0 ** (two_i / d_model))  # (max_len, ceil(d_model/2))
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)  # 偶数维：sin
+    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])  # 奇数维：cos（d_model 为奇数时少一列）
+    return pe.to(torch.float32)
+
+
+def _check_positions(x: torch.Tensor, start: int, max_len: int) -> int:
+    tensor_with_dim("x", x, 3, "(B, T, d_model)")
+    length = x.shape[1]
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    if start + length > max_len:
+        raise ValueError(
+            f"sequence of length {length} starting at position {start} exceeds the positional "
+            f"encoding's max_len={max_len}; build the model with a larger max_len"
+        )
+    return length
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """把正弦余弦位置编码加到输入上：``dropout(x + PE[start : start + T])``。"""
+
+    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
+        super().__init__()
+        self.d_model = positive_int("d_model", d_model)
+        self.max_len = positive_int("max_len", max_len)
+        self.dropout = nn.Dropout(dropout)
+        # 固定编码不是参数；persistent=False 让检查点不必保存它。
+        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False)
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        length = _check_positions(x, start, self.max_len)
+        return self.dropout(x + self.pe[start : start + length].to(x.dtype))  # (B, T, d_model)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """可学习的位置嵌入：位置 ``pos`` 查表得到一行参数，再加到输入上。"""
+
+    def __init__(self, d_model: int, max_len: int = 512, dropout: float = 0.0):
+        super().__init__()
+        self.d_model = positive_int("d_model", d_model)
+        self.max_len = positive_int("max_len", max_len)
+        self.embedding = nn.Embedding(max_len, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        length = _check_positions(x, start, self.max_len)
+        positions = torch.arange(start, start + length, device=x.device)  # (T,)
+        return self.dropout(x + self.embedding(positions))  # (B, T, d_model)
+
+
+class NoPositionalEncoding(nn.Module):
+    """不加任何位置信号（用于消融实验 ablation），只做 dropout。"""
+
+    def __init__(self, dropout: float = 0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        tensor_with_dim("x", x, 3, "(B, T, d_model)")
+        return self.dropout(x)
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
+    r"""旋转位置编码 RoPE：把最后一维的第 i 维与第 i + d/2 维配成一对，按 ``pos·θ_i`` 旋转。
+
+    约定：前后两半（half-split，GPT-NeoX 与 LLaMA 的 HF 实现同此），:math:`θ_i = base^{-2i/d}`。
+    ``x`` 形状 ``(..., T, d)``（d 为偶数），``positions`` 形状 ``(T,)``，默认 ``0..T-1``。
+    性质：``<rope(q, m), rope(k, n)>`` 只依赖 ``m - n``。
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        raise ValueError(f"x must be a tensor of shape (..., T, d), got {getattr(x, 'shape', type(x))}")
+    length, d = x.shape[-2], x.shape[-1]
+    if d % 2 != 0:
+        raise ValueError(f"the last dimension of x must be even for RoPE, got d={d}")
+    if positions is None:
+        positions = torch.arange(length, device=x.device)
+    if positions.shape != (length,):
+        raise ValueError(f"positions must have shape ({length},), got {tuple(positions.shape)}")
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)  # (d/2,)
+    angle = positions.to(torch.float64)[:, None] * theta[None, :]  # (T, d/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]  # 各 (..., T, d/2)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, d)
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi 每个头的斜率：头数为 2 的幂时是 ``2^(-8/h), 2^(-16/h), …``；否则按论文的插补办法。"""
+    positive_int("n_heads", n_heads)
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (k + 1) for k in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        slopes = power_of_two(n_heads)
+    else:
+        closest = 2 ** math.floor(math.log2(n_heads))
+        slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(slopes)
+
+
+def alibi_bias(n_heads: int, t_q: int, t_k: int) -> torch.Tensor:
+    """ALiBi 偏置 ``(h, T_q, T_k)``：第 h 个头给查询 i 与键 j 的分数加上 ``-m_h · |i - j|``。
+
+    距离越远扣分越多；与因果掩码一起用时即论文的单向形式。
+    """
+    positive_int("t_q", t_q)
+    positive_int("t_k", t_k)
+    # 查询与键右对齐：增量解码时最后一个查询对应最后一个键。
+    q_pos = torch.arange(t_k - t_q, t_k)[:, None]  # (T_q, 1)
+    k_pos = torch.arange(t_k)[None, :]  # (1, T_k)
+    distance = (q_pos - k_pos).abs().to(torch.float32)  # (T_q, T_k)
+    return -alibi_slopes(n_heads)[:, None, None] * distance  # (h, T_q, T_k)
