@@ -1,0 +1,88 @@
+"""笔记本的统一开场：``from tformer_lib.notebook import setup; setup()``。
+
+一次调用完成：固定随机种子（seed）、只用 CPU、PNG 内嵌图（inline figure）且分辨率易读、
+注册随书中文字体、torch/NumPy 打印保留 4 位小数。这样每章的输出在不同机器上都一致，
+nbval 回归测试才稳定。
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+#: 笔记本里内嵌图的分辨率（每英寸点数，DPI）。
+FIGURE_DPI = 110
+#: 打印张量/数组时保留的小数位数。
+PRINT_PRECISION = 4
+
+
+def _seed_everything(seed: int) -> None:
+    """优先用库里的 ``set_seed``；它还没有时退回到最基本的三处播种。"""
+    try:
+        from tformer_lib.seed import set_seed
+    except ImportError:  # 基础层尚未提供时
+        import numpy as np
+        import torch
+
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        return
+    set_seed(seed)
+
+
+def _configure_inline_figures(dpi: int) -> bool:
+    """在 IPython 内核里启用 inline 后端并只输出 PNG；不在内核里时什么也不做，返回 False。"""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return False
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "kernel"):
+        return False
+    ip.run_line_magic("matplotlib", "inline")  # 先启用 inline（它会重设部分 rcParams），再覆盖
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    set_matplotlib_formats("png")
+    import matplotlib as mpl
+
+    mpl.rcParams["figure.dpi"] = dpi
+    return True
+
+
+def setup(seed: int = 0, *, dpi: int = FIGURE_DPI, precision: int = PRINT_PRECISION) -> Any:
+    """为一章笔记本做好确定性的环境，返回 ``torch.device("cpu")``。
+
+    - 随机种子：``set_seed(seed)``（Python、NumPy、torch）；
+    - 设备：只用 CPU（返回的 device 供后续 ``.to(device)`` 使用）；
+    - 线程：保持 torch 默认线程数；若设置了环境变量 ``TFORMER_THREADS``，则用它的值；
+    - 图：IPython 内核中启用 inline 后端、只输出 PNG（nbval 不比较 PNG），DPI 为 ``dpi``；
+    - 字体：注册随书中文字体，负号正常显示（见 :mod:`tformer_lib.plotting.fonts`）；
+    - 打印：torch 与 NumPy 保留 ``precision`` 位小数、关闭科学计数法。
+    """
+    import numpy as np
+    import torch
+
+    threads = os.environ.get("TFORMER_THREADS")
+    if threads:
+        try:
+            n = int(threads)
+        except ValueError as exc:
+            raise ValueError(f"环境变量 TFORMER_THREADS 应为正整数，收到 {threads!r}") from exc
+        if n < 1:
+            raise ValueError(f"环境变量 TFORMER_THREADS 应为正整数，收到 {threads!r}")
+        torch.set_num_threads(n)
+    _seed_everything(seed)
+    torch.set_printoptions(precision=precision, sci_mode=False)
+    np.set_printoptions(precision=precision, suppress=True)
+
+    import matplotlib as mpl
+
+    from tformer_lib.plotting.fonts import register_cjk_font
+
+    _configure_inline_figures(dpi)
+    if mpl.rcParams["figure.dpi"] != dpi:
+        mpl.rcParams["figure.dpi"] = dpi
+    register_cjk_font()
+    return torch.device("cpu")

@@ -1,0 +1,84 @@
+"""绘图模块共用的小工具：张量转数组、新建图（Figure）、参数检查。
+
+所有 ``plot_*`` 函数都用 :func:`new_figure` 直接创建 ``matplotlib.figure.Figure``，
+不经过 pyplot 的图表注册表，所以在笔记本里把返回的图作为单元格最后一个表达式时只显示一次，
+不会因为 inline 后端在单元格结束时再“冲刷”（flush）一遍而重复显示。
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def to_numpy(x: Any, name: str, ndim: int | tuple[int, ...] | None = None) -> np.ndarray:
+    """把 torch 张量（tensor）、NumPy 数组或嵌套列表转成 float 型 ``np.ndarray``。
+
+    ``ndim`` 给出允许的维数；不符时抛出 ``ValueError``，报出参数名与收到的形状。
+    """
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            x = x.detach().to("cpu", dtype=torch.float64).numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        arr = np.asarray(x, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} 应为张量、数组或数值列表，收到 {type(x).__name__}") from exc
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if arr.ndim not in allowed:
+            raise ValueError(f"{name} 应为 {'/'.join(map(str, allowed))} 维，收到形状 {tuple(arr.shape)}")
+    return arr
+
+
+def check_labels(labels: Sequence[Any] | None, n: int, name: str) -> list[str] | None:
+    """检查标签个数与矩阵的行数/列数一致，并把每个标签转成字符串。"""
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        labels = list(labels)  # “人工智能” → ["人", "工", "智", "能"]
+    labels = [str(t) for t in labels]
+    if len(labels) != n:
+        raise ValueError(f"{name} 有 {len(labels)} 个，但矩阵这一维长度为 {n}")
+    return labels
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    """检查正整数参数。"""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} 应为整数，收到 {value!r}（{type(value).__name__}）")
+    if value < minimum:
+        raise ValueError(f"{name}={value} 应 ≥ {minimum}")
+    return int(value)
+
+
+def new_figure(figsize: tuple[float, float] = (6.4, 4.2), nrows: int = 1, ncols: int = 1, **subplot_kw: Any):
+    """新建一个不进入 pyplot 注册表的 Figure，返回 ``(fig, axes)``。
+
+    先确保随书中文字体已注册；使用 constrained 布局，标签不会互相遮挡。
+    ``nrows == ncols == 1`` 时 ``axes`` 是单个 Axes，否则是二维数组（``squeeze=False``）。
+    """
+    from matplotlib.figure import Figure
+
+    from tformer_lib.plotting.fonts import register_cjk_font
+
+    register_cjk_font()
+    fig = Figure(figsize=figsize, layout="constrained")
+    if nrows == 1 and ncols == 1:
+        return fig, fig.add_subplot(1, 1, 1, **subplot_kw)
+    axes = fig.subplots(nrows, ncols, squeeze=False, subplot_kw=subplot_kw or None)
+    return fig, axes
+
+
+def text_color_for(value: float, vmin: float, vmax: float, cmap) -> str:
+    """根据底色亮度选择数值注释的文字颜色（深底白字，浅底黑字）。"""
+    span = vmax - vmin
+    t = 0.5 if span <= 0 or not np.isfinite(value) else (value - vmin) / span
+    r, g, b, _ = cmap(float(np.clip(t, 0.0, 1.0)))
+    luminance = 0.299 * r + 0.587 * g + 0.114 * b
+    return "black" if luminance > 0.55 else "white"
