@@ -23,3 +23,21 @@ from .positional import (
 )
 from .seed import set_seed
 from .specials import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
+
+# --- plotting/widgets/exercises ---
+# 绘图与控件依赖 matplotlib/ipywidgets，按需（lazy）导入，``import tformer_lib`` 不因此变慢。
+_VIZ_LAZY = {
+    "plot_heatmap": "tformer_lib.plotting",
+    "register_cjk_font": "tformer_lib.plotting",
+    "missing_glyphs": "tformer_lib.plotting",
+}
+
+
+def __getattr__(name, _previous=globals().get("__getattr__")):
+    if name in _VIZ_LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_VIZ_LAZY[name]), name)
+    if _previous is not None:
+        return _previous(name)
+    raise AttributeError(f"module 'tformer_lib' has no attribute {name!r}")
