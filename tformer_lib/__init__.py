@@ -27,9 +27,24 @@ from .specials import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 # --- plotting/widgets/exercises ---
 # 绘图与控件依赖 matplotlib/ipywidgets，按需（lazy）导入，``import tformer_lib`` 不因此变慢。
 _VIZ_LAZY = {
-    "plot_heatmap": "tformer_lib.plotting",
+    "FONT_FAMILY": "tformer_lib.plotting",
     "register_cjk_font": "tformer_lib.plotting",
     "missing_glyphs": "tformer_lib.plotting",
+    "plot_heatmap": "tformer_lib.plotting",
+    "plot_attention": "tformer_lib.plotting",
+    "plot_attention_grid": "tformer_lib.plotting",
+    "plot_mask": "tformer_lib.plotting",
+    "plot_masks": "tformer_lib.plotting",
+    "plot_positional_encoding": "tformer_lib.plotting",
+    "plot_positional_curves": "tformer_lib.plotting",
+    "plot_positional_similarity": "tformer_lib.plotting",
+    "plot_positional_slice": "tformer_lib.plotting",
+    "plot_softmax_temperature": "tformer_lib.plotting",
+    "plot_dot_product_variance": "tformer_lib.plotting",
+    "plot_scaled_attention": "tformer_lib.plotting",
+    "plot_lr_schedule": "tformer_lib.plotting",
+    "plot_label_smoothing": "tformer_lib.plotting",
+    "plot_history": "tformer_lib.plotting",
 }
 
 

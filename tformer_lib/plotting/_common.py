@@ -63,16 +63,21 @@ def new_figure(figsize: tuple[float, float] = (6.4, 4.2), nrows: int = 1, ncols:
     先确保随书中文字体已注册；使用 constrained 布局，标签不会互相遮挡。
     ``nrows == ncols == 1`` 时 ``axes`` 是单个 Axes，否则是二维数组（``squeeze=False``）。
     """
+    fig = blank_figure(figsize)
+    if nrows == 1 and ncols == 1:
+        return fig, fig.add_subplot(1, 1, 1, **subplot_kw)
+    axes = fig.subplots(nrows, ncols, squeeze=False, subplot_kw=subplot_kw or None)
+    return fig, axes
+
+
+def blank_figure(figsize: tuple[float, float] = (6.4, 4.2)):
+    """新建一个空白、不进入 pyplot 注册表的 Figure（constrained 布局），并确保中文字体已注册。"""
     from matplotlib.figure import Figure
 
     from tformer_lib.plotting.fonts import register_cjk_font
 
     register_cjk_font()
-    fig = Figure(figsize=figsize, layout="constrained")
-    if nrows == 1 and ncols == 1:
-        return fig, fig.add_subplot(1, 1, 1, **subplot_kw)
-    axes = fig.subplots(nrows, ncols, squeeze=False, subplot_kw=subplot_kw or None)
-    return fig, axes
+    return Figure(figsize=figsize, layout="constrained")
 
 
 def text_color_for(value: float, vmin: float, vmax: float, cmap) -> str:
