@@ -56,3 +56,20 @@ def __getattr__(name, _previous=globals().get("__getattr__")):
     if _previous is not None:
         return _previous(name)
     raise AttributeError(f"module 'tformer_lib' has no attribute {name!r}")
+
+# --- efficiency ---
+from .costs import (
+    attention_flops,
+    attention_memory,
+    decoder_layer_flops,
+    encoder_layer_flops,
+    encoder_layer_memory,
+    feedforward_flops,
+    kv_cache_bytes,
+    kv_cache_bytes_per_token,
+    measure_flops,
+    median_time,
+    model_forward_flops,
+    saved_tensor_bytes,
+)
+from .flash import online_softmax, tiled_attention
