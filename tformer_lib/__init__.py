@@ -45,6 +45,13 @@ _VIZ_LAZY = {
     "plot_lr_schedule": "tformer_lib.plotting",
     "plot_label_smoothing": "tformer_lib.plotting",
     "plot_history": "tformer_lib.plotting",
+    "make_explorer": "tformer_lib.widgets",
+    "positional_encoding_explorer": "tformer_lib.widgets",
+    "softmax_scaling_explorer": "tformer_lib.widgets",
+    "softmax_temperature_explorer": "tformer_lib.widgets",
+    "attention_explorer": "tformer_lib.widgets",
+    "mask_explorer": "tformer_lib.widgets",
+    "lr_schedule_explorer": "tformer_lib.widgets",
 }
 
 
