@@ -1,0 +1,36 @@
+"""第 8 章的图：能画出来、返回 Figure、坏参数给清楚的错误。"""
+
+import pytest
+import torch
+
+from tformer_lib import TransformerConfig
+from tformer_lib.plotting.ch08 import (
+    plot_cost_scaling,
+    plot_flops_breakdown,
+    plot_online_softmax,
+    plot_ratio_bars,
+    plot_tiled_attention,
+)
+
+
+def test_figures_draw():
+    from matplotlib.figure import Figure
+
+    c = TransformerConfig(10, 10, d_model=64, n_heads=4, d_ff=128)
+    figs = [
+        plot_cost_scaling([64, 128, 256], {"显式": [1.0, 4.0, 16.0]}, title="测试"),
+        plot_flops_breakdown(c, [16, 64, 256, 1024]),
+        plot_online_softmax(torch.tensor([1.0, 3.0, 0.0, 5.0, 2.0]), 2),
+        plot_tiled_attention(torch.randn(3, 4), torch.randn(7, 4), 3, query_labels="人工智", key_labels="ABCDEFG"),
+        plot_ratio_bars(["T=64", "T=128"], [0.9, 1.2], title="比值"),
+    ]
+    assert all(isinstance(f, Figure) for f in figs)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="series"):
+        plot_cost_scaling([1, 2], {"a": [1.0]})
+    with pytest.raises(ValueError, match="block_size"):
+        plot_online_softmax(torch.ones(3), 0)
+    with pytest.raises(ValueError, match="labels"):
+        plot_ratio_bars(["a"], [1.0, 2.0])
