@@ -1,0 +1,112 @@
+"""本书的本地 Sphinx 扩展（由 ``_config.yml`` 的 ``sphinx.local_extensions`` 加载）。
+
+它只做几件小事：
+
+1. **不让第三方脚本被注入两次。** jupyter-book 1.x 会把 ``_static/`` 下找到的每个 ``*.js`` / ``*.css``
+   自动加到每一页的 ``<head>`` 里。我们把 MathJax、require.js 和 Jupyter 小部件的 html-manager
+   放在 ``_static/thirdparty/``（离线可用的本地副本，来源见 ``_static/thirdparty/README.md``），它们只应由
+   ``mathjax_path`` 和 myst-nb 的 ``nb_ipywidgets_js`` 按需加载一次，所以这里把 ``thirdparty/`` 下的条目从
+   ``html_js_files`` / ``html_css_files`` 里去掉。
+2. **中文搜索词典。** Sphinx 的中文搜索用 jieba 分词；``book/search_dict.txt`` 列出本书的术语
+   （如“位置编码”“多头注意力”），使它们作为整词进入搜索索引。Sphinx 以当前工作目录解析这个路径，
+   这里把它改成绝对路径，于是在任何目录下构建都能找到。
+3. **nbclient 轮询卡顿的规避。** 通过 nbclient 执行笔记本（jupyter-book 的执行模式、
+   ``scripts/execute_notebooks.py``）时，``ipywidgets.interact`` 单元偶尔会一直等到单元超时才返回：
+   异步 ZMQ 套接字的一次长时间 ``poll`` 错过了唤醒（参见 jupyter/nbclient#312）。
+   :func:`patch_zmq_polling` 把长等待切成不超过 ``POLL_SLICE`` 秒的短轮询，语义不变（超时仍按原
+   期限抛出 ``queue.Empty``）。本书默认不在构建时执行笔记本，但若有人打开执行模式，补丁同样生效。
+4. **去掉重复的内联脚本**（见 :func:`_dedupe_scripts`），否则每页控制台都有一个 JavaScript 错误。
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from queue import Empty
+from time import monotonic
+
+#: 一次底层 poll 的最长等待（秒）。
+POLL_SLICE = 0.5
+
+_VENDOR_PREFIX = "thirdparty/"
+_PATCHED_ATTR = "_tformer_sliced_poll"
+
+
+def patch_zmq_polling(slice_s: float = POLL_SLICE) -> None:
+    """把 ``AsyncZMQSocketChannel.get_msg`` 的长等待拆成短轮询（可重复调用，只打一次补丁）。"""
+    try:
+        from jupyter_client.channels import AsyncZMQSocketChannel
+    except ImportError:  # 没装 jupyter_client 就无需补丁
+        return
+    original = AsyncZMQSocketChannel.get_msg
+    if getattr(original, _PATCHED_ATTR, False):
+        return
+
+    async def get_msg(self, timeout: float | None = None):
+        deadline = None if timeout is None else monotonic() + timeout
+        while True:
+            if deadline is None:
+                step = slice_s
+            else:
+                step = min(slice_s, max(0.0, deadline - monotonic()))
+            try:
+                return await original(self, timeout=step)
+            except Empty:
+                if deadline is not None and monotonic() >= deadline:
+                    raise
+
+    setattr(get_msg, _PATCHED_ATTR, True)
+    get_msg.__doc__ = original.__doc__
+    AsyncZMQSocketChannel.get_msg = get_msg
+
+
+def _on_config_inited(app, config) -> None:
+    # 1. thirdparty/ 下的脚本与样式只按需加载，不注入每一页
+    for name in ("html_js_files", "html_css_files"):
+        entries = list(getattr(config, name, []) or [])
+        kept = []
+        for entry in entries:
+            filename = entry[0] if isinstance(entry, (tuple, list)) else entry
+            if isinstance(filename, str) and filename.startswith(_VENDOR_PREFIX):
+                continue
+            kept.append(entry)
+        setattr(config, name, kept)
+
+    # 2. 搜索词典改为绝对路径（相对于源目录）
+    options = dict(config.html_search_options or {})
+    dict_path = options.get("dict")
+    if dict_path and not os.path.isabs(dict_path):
+        options["dict"] = str(Path(app.srcdir, dict_path))
+        config.html_search_options = options
+
+
+def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
+    """去掉重复的 ``<script>``。
+
+    sphinx-thebe 0.3.1 注册的内联脚本（``const THEBE_JS_URL = …``）在页面上出现两份
+    （一份 filename 为 None，一份为空字符串，Sphinx 的去重认不出来），浏览器报
+    “Identifier 'THEBE_JS_URL' has already been declared”。完全相同的脚本只保留第一份。
+    """
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen = set()
+    kept = []
+    for js in scripts:
+        if isinstance(js, str):  # 旧式写法：只有文件名
+            key = (js, ())
+        else:  # _JavaScript；内联脚本的 filename 有时是 None、有时是 ""，视为相同
+            attrs = js.attributes or {}
+            key = (os.fspath(js.filename or ""), tuple(sorted((k, str(v)) for k, v in attrs.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        kept.append(js)
+    scripts[:] = kept
+
+
+def setup(app):
+    patch_zmq_polling()
+    app.connect("config-inited", _on_config_inited)
+    app.connect("html-page-context", _dedupe_scripts, priority=900)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,361 @@
+#!/usr/bin/env python
+"""在真实的无头 Chromium 里检查构建好的 HTML 书（``_build/html``）。
+
+用法（先构建：``bash scripts/build_book.sh``）::
+
+    .venv/bin/python scripts/browser_test.py                  # 检查全部页面
+    .venv/bin/python scripts/browser_test.py --screenshots /tmp/shots   # 另存每页的整页截图
+
+需要 Debian 的 ``chromium``（``apt-get install -y chromium``，路径 ``/usr/bin/chromium``，可用
+``--chromium`` 或环境变量 ``CHROMIUM`` 改）和 Python 包 ``playwright``（test extra；不需要
+``playwright install``，我们直接驱动系统的 Chromium）。
+
+它在本机起一个只服务 ``_build/html`` 的 HTTP 服务器，**拦截一切发往别处的请求**（书必须离线可读），
+然后对 ``_toc.yml`` 里的每一页检查：
+
+* 页面加载，控制台没有错误、没有未捕获的异常、没有失败或 4xx/5xx 的请求，也没有请求外部网址；
+* 公式已由 MathJax 排版：有 ``mjx-container``，且正文（不含代码块）里不再残留 ``$$``、``\\(``、``\\[``；
+* 每个 ``<img>`` 都加载成功（``naturalWidth > 0``）；
+* 章节页（笔记本）至少有一个折叠的参考答案（``hide-cell``），点击后确实展开且内容可见；
+* 带小部件状态的页面确实渲染出了小部件；
+
+最后在搜索页查询“注意力”和“位置编码”，要求都有结果。任何一项失败都会列出原因并以非零状态退出。
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import os
+import sys
+import threading
+import urllib.parse
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_QUERIES = ("注意力", "位置编码")
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
+
+# 正文中不应残留的未排版 TeX 片段（代码块、MathJax 输出本身除外）
+RAW_TEX_JS = r"""
+() => {
+  const main = document.querySelector('main') || document.body;
+  const clone = main.cloneNode(true);
+  clone.querySelectorAll('pre, code, script, style, mjx-container, .highlight, textarea')
+       .forEach(e => e.remove());
+  const text = clone.textContent || '';
+  const found = [];
+  for (const pat of ['$$', '\\(', '\\[', '\\frac', '\\sqrt', '\\begin{']) {
+    const i = text.indexOf(pat);
+    if (i >= 0) found.push(pat + ' …' + text.slice(Math.max(0, i - 30), i + 40).replace(/\s+/g, ' ') + '…');
+  }
+  return found;
+}
+"""
+
+MATH_STATE_JS = r"""
+() => ({
+  sphinxMath: document.querySelectorAll('main .math, main span.math, main div.math').length,
+  mjx: document.querySelectorAll('mjx-container').length,
+  mjxErrors: document.querySelectorAll('mjx-merror, mjx-container [data-mjx-error]').length,
+})
+"""
+
+IMAGES_JS = r"""
+() => Array.from(document.querySelectorAll('main img')).map(img => ({
+  src: img.getAttribute('src') || '(no src)',
+  ok: img.complete && img.naturalWidth > 0,
+  w: img.naturalWidth,
+}))
+"""
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # 不打印每个请求
+        pass
+
+
+def start_server(directory: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def pages_from_toc(toc_path: Path) -> tuple[list[str], set[str]]:
+    """返回 (全部页面, 其中的笔记本章节页)，都是相对于 html 目录、不带后缀的 docname。"""
+    import yaml
+
+    toc = yaml.safe_load(toc_path.read_text(encoding="utf-8"))
+    docs: list[str] = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                docs.append(entry["file"])
+            walk(entry.get("sections"))
+            walk(entry.get("chapters"))
+
+    walk(toc.get("parts"))
+    walk(toc.get("chapters"))
+    walk(toc.get("sections"))
+    docs = [str(Path(d).with_suffix("")) if Path(d).suffix in (".md", ".ipynb") else d for d in docs]
+    notebooks = {d for d in docs if (ROOT / (d + ".ipynb")).exists() or d.startswith("notebooks/")}
+    return docs, notebooks
+
+
+class Checker:
+    def __init__(self, base: str, timeout_ms: int, screenshot_dir: Path | None):
+        self.base = base
+        self.timeout_ms = timeout_ms
+        self.screenshot_dir = screenshot_dir
+        self.failures: list[str] = []
+        self.notes: list[str] = []
+
+    def fail(self, page: str, msg: str) -> None:
+        self.failures.append(f"{page}: {msg}")
+
+    # ---- 每页的监听 -------------------------------------------------------
+    def _attach(self, page, label: str, problems: list[str]) -> None:
+        host = urllib.parse.urlsplit(self.base).netloc
+
+        def on_console(msg):
+            if msg.type == "error":
+                problems.append(f"控制台错误：{msg.text}")
+
+        def on_pageerror(exc):
+            problems.append(f"未捕获的异常：{exc}")
+
+        def on_requestfailed(req):
+            if urllib.parse.urlsplit(req.url).netloc == host:
+                problems.append(f"请求失败：{req.url} ({req.failure})")
+
+        def on_response(resp):
+            if resp.status >= 400 and urllib.parse.urlsplit(resp.url).netloc == host:
+                problems.append(f"HTTP {resp.status}：{resp.url}")
+
+        page.on("console", on_console)
+        page.on("pageerror", on_pageerror)
+        page.on("requestfailed", on_requestfailed)
+        page.on("response", on_response)
+
+    def _route(self, context, external: list[str]) -> None:
+        host = urllib.parse.urlsplit(self.base).netloc
+
+        def handler(route):
+            url = route.request.url
+            parts = urllib.parse.urlsplit(url)
+            if parts.scheme in ("data", "blob", "about") or parts.netloc == host:
+                route.continue_()
+            else:
+                external.append(url)
+                route.abort()
+
+        context.route("**/*", handler)
+
+    # ---- 检查一页 ---------------------------------------------------------
+    def check_page(self, context, doc: str, is_chapter: bool) -> None:
+        url = f"{self.base}/{urllib.parse.quote(doc)}.html"
+        problems: list[str] = []
+        page = context.new_page()
+        self._attach(page, doc, problems)
+        try:
+            resp = page.goto(url, wait_until="load", timeout=self.timeout_ms)
+            if resp is None or resp.status != 200:
+                self.fail(doc, f"页面打不开（HTTP {resp.status if resp else '无响应'}）")
+                return
+            self._check_math(page, doc)
+            self._check_images(page, doc)
+            self._check_widgets(page, doc)
+            if is_chapter:
+                self._check_hidden_solution(page, doc)
+            page.wait_for_timeout(300)  # 让迟到的控制台消息也被收集
+            if self.screenshot_dir is not None:
+                out = self.screenshot_dir / (doc.replace("/", "__") + ".png")
+                page.screenshot(path=str(out), full_page=True)
+        except Exception as exc:  # playwright 超时等
+            self.fail(doc, f"检查时出错：{type(exc).__name__}: {exc}")
+        finally:
+            page.close()
+        for p in problems:
+            self.fail(doc, p)
+
+    def _check_math(self, page, doc: str) -> None:
+        has_mathjax = page.evaluate("() => !!document.querySelector('script[src*=\"mathjax\"]')")
+        if has_mathjax:
+            page.wait_for_function(
+                "() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                timeout=self.timeout_ms,
+            )
+            page.evaluate("() => MathJax.startup.promise")
+        state = page.evaluate(MATH_STATE_JS)
+        if state["sphinxMath"] and not has_mathjax:
+            self.fail(doc, "页面有公式，却没有加载 MathJax")
+        if state["sphinxMath"] and state["mjx"] == 0:
+            self.fail(doc, f"{state['sphinxMath']} 处公式没有被 MathJax 排版（没有 mjx-container）")
+        if state["mjxErrors"]:
+            self.fail(doc, f"MathJax 报告了 {state['mjxErrors']} 处 TeX 错误")
+        for raw in page.evaluate(RAW_TEX_JS):
+            self.fail(doc, f"正文残留未排版的 TeX：{raw}")
+        self.notes.append(f"{doc}: {state['mjx']} 个公式")
+
+    def _check_images(self, page, doc: str) -> None:
+        # 图片可能在 load 之后才解码完，给一点时间
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('main img')).every(i => i.complete)",
+            timeout=self.timeout_ms,
+        )
+        images = page.evaluate(IMAGES_JS)
+        for img in images:
+            if not img["ok"]:
+                self.fail(doc, f"图片没有显示（naturalWidth={img['w']}）：{img['src'][:120]}")
+        if images:
+            self.notes.append(f"{doc}: {len(images)} 张图")
+
+    def _check_widgets(self, page, doc: str) -> None:
+        views = page.evaluate(
+            "() => document.querySelectorAll('script[type=\"application/vnd.jupyter.widget-view+json\"]').length"
+        )
+        if not views:
+            return
+        try:
+            page.wait_for_function(
+                "() => document.querySelectorAll('.jupyter-widgets, .widget-inline-hbox, .widget-slider').length > 0",
+                timeout=self.timeout_ms,
+            )
+        except Exception:
+            self.fail(doc, f"有 {views} 个小部件视图，但没有一个被渲染出来（html-manager 没有加载？）")
+            return
+        self.notes.append(f"{doc}: {views} 个小部件视图已渲染")
+
+    def _check_hidden_solution(self, page, doc: str) -> None:
+        toggles = page.locator("div.tag_hide-cell details.hide")
+        count = toggles.count()
+        if count == 0:
+            self.fail(doc, "章节页没有折叠的参考答案（带 hide-cell 标签的单元）")
+            return
+        first = toggles.first
+        body = first.locator(".cell_input, .cell_output").first
+        if first.evaluate("d => d.open"):
+            self.fail(doc, "hide-cell 单元默认就是展开的")
+            return
+        if body.count() and body.is_visible():
+            self.fail(doc, "hide-cell 单元未点击时内容已可见")
+        first.locator("summary").first.scroll_into_view_if_needed()
+        first.locator("summary").first.click()
+        page.wait_for_function("d => d.open", arg=first.element_handle(), timeout=self.timeout_ms)
+        if body.count() == 0 or not body.is_visible():
+            self.fail(doc, "点击后 hide-cell 单元的内容仍不可见")
+            return
+        self.notes.append(f"{doc}: {count} 个折叠答案，第一个点击后展开")
+
+    # ---- 搜索 -------------------------------------------------------------
+    def check_search(self, context, queries) -> None:
+        for q in queries:
+            label = f"search.html?q={q}"
+            problems: list[str] = []
+            page = context.new_page()
+            self._attach(page, label, problems)
+            try:
+                page.goto(f"{self.base}/search.html?q={urllib.parse.quote(q)}", wait_until="load",
+                          timeout=self.timeout_ms)
+                # Sphinx 7：结果在 #search-results ul.search 里；搜索结束后出现 .search-summary 文本
+                page.wait_for_function(
+                    "() => document.querySelectorAll('#search-results ul.search li').length > 0"
+                    " || (document.querySelector('#search-results p.search-summary')"
+                    "     && document.querySelector('#search-results p.search-summary').textContent.length > 0"
+                    "     && !document.querySelector('#search-progress')?.textContent)",
+                    timeout=self.timeout_ms,
+                )
+                page.wait_for_timeout(500)
+                hits = page.evaluate(
+                    "() => Array.from(document.querySelectorAll('#search-results ul.search li a'))"
+                    ".map(a => a.textContent.trim())"
+                )
+                if not hits:
+                    self.fail(label, f"搜索“{q}”没有结果")
+                else:
+                    self.notes.append(f"搜索“{q}”：{len(hits)} 条结果，如 {hits[:3]}")
+                if self.screenshot_dir is not None:
+                    page.screenshot(path=str(self.screenshot_dir / f"search_{q}.png"), full_page=False)
+            except Exception as exc:
+                self.fail(label, f"搜索检查出错：{type(exc).__name__}: {exc}")
+            finally:
+                page.close()
+            for p in problems:
+                self.fail(label, p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="在无头 Chromium 里检查构建好的书")
+    parser.add_argument("--html", type=Path, default=ROOT / "_build" / "html", help="HTML 目录")
+    parser.add_argument("--toc", type=Path, default=ROOT / "_toc.yml", help="_toc.yml 路径")
+    parser.add_argument("--chromium", default=os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+    parser.add_argument("--timeout", type=float, default=30.0, help="每步等待的秒数")
+    parser.add_argument("--screenshots", type=Path, default=None, help="把每页整页截图存到此目录")
+    parser.add_argument("--query", action="append", default=None,
+                        help="搜索页要能找到的词（可重复；默认：注意力、位置编码）")
+    parser.add_argument("-v", "--verbose", action="store_true", help="列出每页的检查摘要")
+    args = parser.parse_args(argv)
+
+    if not (args.html / "index.html").exists():
+        print(f"找不到 {args.html}/index.html：请先构建（bash scripts/build_book.sh）。", file=sys.stderr)
+        return 2
+    if not Path(args.chromium).exists():
+        print(f"找不到 Chromium：{args.chromium}（Debian：apt-get install -y chromium）。", file=sys.stderr)
+        return 2
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("缺少 playwright：pip install -e '.[test]'", file=sys.stderr)
+        return 2
+
+    docs, chapters = pages_from_toc(args.toc)
+    if args.screenshots is not None:
+        args.screenshots.mkdir(parents=True, exist_ok=True)
+    server, base = start_server(args.html.resolve())
+    checker = Checker(base, int(args.timeout * 1000), args.screenshots)
+    external: list[str] = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=args.chromium, headless=True, args=LAUNCH_ARGS)
+            context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="zh-CN")
+            checker._route(context, external)
+            for doc in docs:
+                checker.check_page(context, doc, doc in chapters)
+            checker.check_search(context, args.query or DEFAULT_QUERIES)
+            context.close()
+            browser.close()
+    finally:
+        server.shutdown()
+
+    for url in sorted(set(external)):
+        checker.failures.append(f"请求了外部网址（书必须离线可读）：{url}")
+
+    if args.verbose:
+        for note in checker.notes:
+            print("  " + note)
+    print(f"检查了 {len(docs)} 个页面（其中 {len(chapters)} 个章节页）和 "
+          f"{len(args.query or DEFAULT_QUERIES)} 次搜索。")
+    if checker.failures:
+        print(f"\n浏览器测试失败，共 {len(checker.failures)} 个问题：", file=sys.stderr)
+        for f in checker.failures:
+            print("  ✗ " + f, file=sys.stderr)
+        return 1
+    print("浏览器测试通过：无控制台错误，公式已排版，图片完整，折叠答案可展开，搜索可用。")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
