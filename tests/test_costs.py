@@ -12,6 +12,7 @@ from tformer_lib.costs import (
     encoder_layer_memory,
     kv_cache_bytes,
     kv_cache_bytes_per_token,
+    largest_tensor_bytes,
     measure_flops,
     median_time,
     model_forward_flops,
@@ -111,3 +112,14 @@ def test_bad_arguments():
 
 def test_median_time_is_positive():
     assert median_time(lambda: sum(range(100)), repeats=3) > 0
+
+
+def test_largest_tensor_is_the_score_matrix_or_one_tile():
+    from tformer_lib import tiled_attention
+
+    B, h, T, d_k = 1, 4, 96, 16
+    q, k, v = (torch.randn(B, h, T, d_k) for _ in range(3))
+    explicit = largest_tensor_bytes(lambda: scaled_dot_product_attention(q, k, v))
+    assert explicit == attention_memory(B, T, T, h * d_k, h)["scores"]  # (B, h, T, T)
+    tiled = largest_tensor_bytes(lambda: tiled_attention(q, k, v, block_size=32))
+    assert tiled == B * h * T * 32 * 4  # 一块分数 (B, h, T, 32)

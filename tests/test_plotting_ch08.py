@@ -7,6 +7,7 @@ from tformer_lib import TransformerConfig
 from tformer_lib.plotting.ch08 import (
     plot_cost_scaling,
     plot_flops_breakdown,
+    plot_flops_share,
     plot_online_softmax,
     plot_ratio_bars,
     plot_tiled_attention,
@@ -20,6 +21,7 @@ def test_figures_draw():
     figs = [
         plot_cost_scaling([64, 128, 256], {"显式": [1.0, 4.0, 16.0]}, title="测试"),
         plot_flops_breakdown(c, [16, 64, 256, 1024]),
+        plot_flops_share(64, 128, 4, 1024),
         plot_online_softmax(torch.tensor([1.0, 3.0, 0.0, 5.0, 2.0]), 2),
         plot_tiled_attention(torch.randn(3, 4), torch.randn(7, 4), 3, query_labels="人工智", key_labels="ABCDEFG"),
         plot_ratio_bars(["T=64", "T=128"], [0.9, 1.2], title="比值"),

@@ -74,6 +74,7 @@ from .costs import (
     feedforward_flops,
     kv_cache_bytes,
     kv_cache_bytes_per_token,
+    largest_tensor_bytes,
     measure_flops,
     median_time,
     model_forward_flops,

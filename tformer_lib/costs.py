@@ -46,6 +46,7 @@ __all__ = [
     "kv_cache_bytes",
     "measure_flops",
     "saved_tensor_bytes",
+    "largest_tensor_bytes",
     "median_time",
 ]
 
@@ -247,6 +248,32 @@ def saved_tensor_bytes(fn: Callable[[], object], exclude: tuple[torch.Tensor, ..
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
     return sum(storages.values())
+
+
+def largest_tensor_bytes(fn: Callable[[], object]) -> int:
+    """运行 ``fn()``，返回其间任何一个 PyTorch 算子输出的最大一块存储的字节数。
+
+    用来实测“中间结果最大有多大”：显式注意力里它就是 ``(B, h, T_q, T_k)`` 的分数表；
+    逐块注意力（:func:`tformer_lib.flash.tiled_attention`）里只是 ``(B, h, T_q, block_size)`` 的一块。
+    （借助 PyTorch 的 ``TorchDispatchMode`` 拦截每个算子，与 ``FlopCounterMode`` 同一机制。）
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    largest = 0
+
+    class _Largest(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            nonlocal largest
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    largest = max(largest, t.untyped_storage().nbytes())
+            return out
+
+    with torch.no_grad(), _Largest():
+        fn()
+    return largest
 
 
 def median_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:

@@ -15,6 +15,7 @@ from tformer_lib.plotting._common import check_positive_int, new_figure, to_nump
 __all__ = [
     "plot_cost_scaling",
     "plot_flops_breakdown",
+    "plot_flops_share",
     "plot_online_softmax",
     "plot_tiled_attention",
     "plot_ratio_bars",
@@ -104,6 +105,16 @@ def plot_flops_breakdown(config: Any, lengths: Sequence[int], *, batch: int = 1,
     ax.set_title(title or f"编码器层的 FLOPs 构成（d_model={config.d_model}, d_ff={config.d_ff}）")
     ax.legend(loc="upper left", fontsize=8)
     return fig
+
+
+def plot_flops_share(d_model: int = 512, d_ff: int = 2048, n_heads: int = 8, max_length: int = 8192):
+    """:func:`plot_flops_breakdown` 的参数版（供交互探索器用）：长度从 16 取到 ``max_length``（2 的幂）。"""
+    from tformer_lib.config import TransformerConfig
+
+    check_positive_int(max_length, "max_length", minimum=32)
+    config = TransformerConfig(1, 1, d_model=d_model, n_heads=n_heads, d_ff=d_ff)
+    lengths = [2**p for p in range(4, int(np.log2(max_length)) + 1)]
+    return plot_flops_breakdown(config, lengths)
 
 
 def plot_online_softmax(x: Any, block_size: int = 3, *, title: str | None = None):
