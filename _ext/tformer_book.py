@@ -16,11 +16,15 @@
    :func:`patch_zmq_polling` 把长等待切成不超过 ``POLL_SLICE`` 秒的短轮询，语义不变（超时仍按原
    期限抛出 ``queue.Empty``）。本书默认不在构建时执行笔记本，但若有人打开执行模式，补丁同样生效。
 4. **去掉重复的内联脚本**（见 :func:`_dedupe_scripts`），否则每页控制台都有一个 JavaScript 错误。
+5. **章节号只由目录生成。** ``_toc.yml`` 用 ``numbered: true`` 给章和节自动编号（“4.”、“4.2.”……）。
+   笔记本标题里手写的“第4章”“2.3”会和自动编号重复，:func:`_strip_manual_numbers` 在构建时把它们去掉
+   （只动 ``notebooks/`` 下页面的标题，笔记本文件本身不变）。
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from queue import Empty
 from time import monotonic
@@ -105,8 +109,63 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     scripts[:] = kept
 
 
+#: 标题开头手写的章号：“第4章”“第 4 章”
+_CHAPTER_PREFIX = re.compile(r"^\s*第\s*\d+\s*章[\s：:、.．]*")
+#: 标题开头手写的节号：“2 ”“2.3 ”“2.3.1. ”（后面必须跟空白）
+_SECTION_PREFIX = re.compile(r"^\s*(\d+(?:\.\d+)*)\.?\s+(?=\S)")
+
+
+def strip_manual_number(text: str, position: int | None = None) -> str:
+    """去掉标题开头手写的“第N章”或“N.M”编号；没有就原样返回。
+
+    ``position`` 是这一节在同级各节中的序号（从 1 起）。手写编号的最后一段必须在 1 与 ``position``
+    之间才算编号，这样“2017 年的论文”“10000 的由来”之类以数字开头的普通标题不会被误删。
+    """
+    new = _CHAPTER_PREFIX.sub("", text, count=1)
+    if new != text:
+        return new if new.strip() else text
+    match = _SECTION_PREFIX.match(text)
+    if match is None:
+        return text
+    last = int(match.group(1).split(".")[-1])
+    if position is not None and not 1 <= last <= position:
+        return text
+    new = text[match.end():]
+    return new if new.strip() else text
+
+
+def _strip_manual_numbers(app, doctree) -> None:
+    from docutils import nodes
+
+    docname = app.env.docname
+    if not docname.startswith("notebooks/"):
+        return
+    for section in list(doctree.findall(nodes.section)):
+        title = section.next_node(nodes.title)
+        if title is None or not title.children:
+            continue
+        siblings = [n for n in section.parent.children if isinstance(n, nodes.section)]
+        position = siblings.index(section) + 1
+        first = title.children[0]
+        if not isinstance(first, nodes.Text):
+            continue
+        text = str(first)
+        if len(title.children) > 1:
+            # 标题里还有别的节点（如 `代码`、公式）：第一段文字可能只有“1.7 ”，补一个占位字符再判断
+            new = strip_manual_number(text + "\0", position)[:-1]
+        else:
+            new = strip_manual_number(text, position)
+        if new != text:
+            if new:
+                title.replace(first, nodes.Text(new))
+            else:
+                title.remove(first)
+
+
 def setup(app):
     patch_zmq_polling()
     app.connect("config-inited", _on_config_inited)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
+    # 要在 Sphinx 收集页面标题（TitleCollector，优先级 500）之前改标题
+    app.connect("doctree-read", _strip_manual_numbers, priority=100)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
