@@ -1,0 +1,17 @@
+"""练习检查器：``check_x(读者的函数)`` 打印 ⏳ 尚未完成 / ✅ 通过 / ❌ + 提示，并返回结果对象。
+
+框架在 :mod:`tformer_lib.exercises._core`；经典练习的检查器在 :mod:`tformer_lib.exercises.checks`；
+各章自己的检查器在 ``chNN.py``，下面每章一个 ``# --- chNN ---`` 块（只追加，不改别人的行）。
+"""
+
+# --- core checkers (viz agent) ---
+from tformer_lib.exercises._core import CheckResult, Mistake, Variant, compare, run_checks
+from tformer_lib.exercises.checks import (
+    check_attention,
+    check_causal_mask,
+    check_merge_heads,
+    check_padding_mask,
+    check_positional_encoding,
+    check_softmax,
+    check_split_heads,
+)

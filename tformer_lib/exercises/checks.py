@@ -1,0 +1,363 @@
+"""经典练习的检查器：softmax、缩放点积注意力、因果掩码、填充掩码、位置编码、拆分/合并多头。
+
+每个检查器都认得几种典型错误，并用中文点名（例如“忘了除以 √d_k”“掩码极性反了”）。
+用法见 :mod:`tformer_lib.exercises._core`；所有检查器返回 :class:`~tformer_lib.exercises._core.CheckResult`。
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tformer_lib.exercises._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_tensor,
+    compare,
+    expect_dtype,
+    expect_shape,
+    randn,
+    run_checks,
+)
+
+__all__ = [
+    "check_softmax",
+    "check_attention",
+    "check_causal_mask",
+    "check_padding_mask",
+    "check_positional_encoding",
+    "check_split_heads",
+    "check_merge_heads",
+]
+
+
+# ------------------------------------------------------------------ softmax
+
+def _naive_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    e = x.double().exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def check_softmax(fn: Callable[[torch.Tensor], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(x) -> Tensor``：沿**最后一维**（每一行）做 softmax，形状与 ``x`` 相同。
+
+    认得的错误：沿错了维度（axis）；忘了除以总和；没有先减去最大值（大输入时 exp 溢出成 inf → NaN）；
+    原地修改了输入。
+    """
+
+    def rows_sum_to_one(f):
+        x = randn(3, 4, seed=1)
+        x0 = x.clone()
+        out = f(x)
+        if not torch.equal(x, x0):
+            raise Mistake("你的函数改动了输入 x（原地操作，如 x -= …、x.exp_()）；请不要修改输入", key="inplace")
+        compare(out, torch.softmax(x.double(), dim=-1), what="softmax 的输出", variants=[
+            Variant("wrong_axis", "沿错了维度：你在第 0 维（按列）做了归一化，应沿最后一维（dim=-1，每一行）求和为 1",
+                    torch.softmax(x.double(), dim=0)),
+            Variant("no_normalization", "忘了除以总和：exp 之后还要除以同一行所有 exp 的和，每行才会加起来等于 1",
+                    x.double().exp()),
+            Variant("exp_missing", "忘了取指数：softmax 是 exp(x_i) / Σ_j exp(x_j)，不是 x_i / Σ_j x_j",
+                    x.double() / x.double().sum(-1, keepdim=True)),
+        ])
+
+    def last_axis_in_3d(f):
+        x = randn(2, 3, 5, seed=2)
+        compare(f(x), torch.softmax(x.double(), dim=-1), what="三维输入的输出", variants=[
+            Variant("wrong_axis", "沿错了维度：对 (B, T, V) 这样的三维输入也应沿最后一维（dim=-1）归一化，"
+                    "不要写死 dim=1 或 dim=0", torch.softmax(x.double(), dim=1)),
+            Variant("wrong_axis", "沿错了维度：应沿最后一维（dim=-1）归一化", torch.softmax(x.double(), dim=0)),
+        ])
+
+    def large_inputs(f):
+        x = torch.tensor([[1000.0, 999.0, 0.0], [-1000.0, -1001.0, -1002.0]])
+        out = f(x)
+        got = as_tensor(out, "大输入时的输出")
+        if got.shape == x.shape and not bool(torch.isfinite(got).all()):
+            raise Mistake("没有先减去每行的最大值：输入很大（如 1000）时 exp 溢出成 inf，inf/inf 得到 NaN；"
+                          "很小（如 −1000）时 exp 下溢成 0，0/0 也是 NaN。先算 x − x.max(dim=-1, keepdim=True)"
+                          " 再 exp，结果不变却不会溢出", key="overflow")
+        compare(got, torch.softmax(x.double(), dim=-1), what="大输入时的输出")
+
+    return run_checks("softmax", fn, [
+        ("每行和为 1、与 torch.softmax 一致", rows_sum_to_one),
+        ("三维输入沿最后一维", last_axis_in_3d),
+        ("大数值不溢出", large_inputs),
+    ], verbose=verbose)
+
+
+# ------------------------------------------------------------------ attention
+
+def _attention_ref(q, k, v, mask=None, *, scale: float | None = None, axis: int = -1, polarity: bool = True,
+                   fill: float | None = None):
+    """参考实现及其“错误变体”（都用 float64）。"""
+    q, k, v = q.double(), k.double(), v.double()
+    d_k = q.shape[-1]
+    scale = math.sqrt(d_k) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) / scale  # (..., T_q, T_k)
+    if mask is not None:
+        blocked = ~mask if polarity else mask
+        scores = scores.masked_fill(blocked, torch.finfo(scores.dtype).min if fill is None else fill)
+    w = scores.softmax(dim=axis)
+    return w @ v, w
+
+
+def _split_output(out: Any) -> tuple[Any, Any]:
+    """读者可以返回 ``output`` 或 ``(output, weights)``。"""
+    if isinstance(out, (tuple, list)):
+        if len(out) != 2:
+            raise Mistake(f"请返回 output 或 (output, weights)，你返回了 {len(out)} 个值", key="type")
+        return out[0], out[1]
+    return out, None
+
+
+def check_attention(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    r"""检查 ``fn(q, k, v, mask=None)``：缩放点积注意力 :math:`\mathrm{softmax}(QK^\top/\sqrt{d_k})V`。
+
+    形状 ``q (..., T_q, d_k)``、``k (..., T_k, d_k)``、``v (..., T_k, d_v)``；``mask`` 为布尔张量，
+    **True = 可以关注**，能广播到 ``(..., T_q, T_k)``。返回 ``output``（``(..., T_q, d_v)``），
+    或像库里的 ``scaled_dot_product_attention`` 那样返回 ``(output, weights)``。
+
+    认得的错误：忘了除以 √d_k；除以了 d_k；softmax 沿错了维度；掩码极性反了；被屏蔽处填 0 而不是极小值；
+    没有使用掩码。
+    """
+    q, k, v = randn(2, 3, 16, seed=11), randn(2, 5, 16, seed=12), randn(2, 5, 6, seed=13)
+
+    def variants(mask=None):
+        out = [
+            Variant("no_scale", "忘了除以 √d_k：分数 QKᵀ 的方差随 d_k 增大，softmax 会饱和；应为 softmax(QKᵀ / √d_k)",
+                    _attention_ref(q, k, v, mask, scale=1.0)[0]),
+            Variant("scale_by_dk", "除以了 d_k 而不是 √d_k：缩放因子是 d_k 的平方根（math.sqrt(d_k)）",
+                    _attention_ref(q, k, v, mask, scale=16.0)[0]),
+            Variant("wrong_axis", "softmax 沿错了维度：权重应在键（key）这一维、即最后一维（dim=-1）上归一化，"
+                    "让每个查询的权重和为 1", _attention_ref(q, k, v, mask, axis=-2)[0]),
+        ]
+        if mask is not None:
+            out += [
+                Variant("mask_polarity", "掩码极性反了：全书约定 True = 可以关注，应屏蔽的是 mask 为 False 的位置"
+                        "（scores.masked_fill(~mask, …)）", _attention_ref(q, k, v, mask, polarity=False)[0]),
+                Variant("mask_fill_zero", "被屏蔽的分数填成了 0：exp(0) = 1，仍然会分到权重；应填一个极小的数"
+                        "（如 torch.finfo(scores.dtype).min 或 -inf）", _attention_ref(q, k, v, mask, fill=0.0)[0]),
+                Variant("mask_ignored", "没有使用 mask：被屏蔽的位置也分到了权重",
+                        _attention_ref(q, k, v, None)[0]),
+            ]
+        return out
+
+    def no_mask(f):
+        out, weights = _split_output(f(q, k, v))
+        ref_out, ref_w = _attention_ref(q, k, v)
+        compare(out, ref_out, what="注意力输出", variants=variants())
+        if weights is not None:
+            compare(weights, ref_w, what="注意力权重")
+
+    def with_mask(f):
+        mask = torch.tensor([[True, True, True, False, False]]).expand(3, 5)  # (T_q, T_k)，后两个键被屏蔽
+        mask = mask.clone()
+        mask[0, 1] = False
+        out, weights = _split_output(f(q, k, v, mask))
+        ref_out, ref_w = _attention_ref(q, k, v, mask)
+        compare(out, ref_out, what="带掩码的注意力输出", variants=variants(mask))
+        if weights is not None:
+            w = as_tensor(weights, "注意力权重")
+            if w.shape == ref_w.shape and float(w[..., ~mask].abs().max()) > 1e-6:
+                raise Mistake("被屏蔽位置的权重不为 0", key="mask_leak")
+            compare(w, ref_w, what="带掩码的注意力权重")
+
+    def batched_heads(f):
+        qh, kh, vh = randn(2, 4, 3, 8, seed=21), randn(2, 4, 3, 8, seed=22), randn(2, 4, 3, 8, seed=23)
+        causal = torch.ones(3, 3, dtype=torch.bool).tril()
+        out, _ = _split_output(f(qh, kh, vh, causal))
+        compare(out, _attention_ref(qh, kh, vh, causal)[0], what="(B, h, T, d_k) 输入的输出",
+                default_hint="对 (B, h, T, d_k) 的四维输入结果不对：用 k.transpose(-2, -1) 而不是 k.T 或 transpose(0, 1)，"
+                             "掩码靠广播作用到每个批次和每个头")
+
+    return run_checks("缩放点积注意力", fn, [
+        ("不带掩码", no_mask),
+        ("带掩码（True = 可以关注）", with_mask),
+        ("多头四维输入 + 因果掩码", batched_heads),
+    ], verbose=verbose)
+
+
+# ------------------------------------------------------------------ masks
+
+def check_causal_mask(fn: Callable[[int], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(n) -> (n, n)`` 布尔因果掩码：位置 i 可以看见 j ≤ i（下三角，含对角线），True = 可以关注。
+
+    认得的错误：排除了对角线（差一，off by one）；上三角（方向反了）；极性反了；不是布尔类型；形状不对。
+    """
+
+    def values(f):
+        for n in (4, 6, 1):
+            out = f(n)
+            ref = torch.ones(n, n, dtype=torch.bool).tril()
+            if isinstance(out, torch.Tensor) and out.dtype != torch.bool:
+                as_bool = out.to(torch.bool) if out.shape == ref.shape else None
+                if as_bool is not None and torch.equal(as_bool, ref):
+                    raise Mistake(f"数值对了，但 dtype 是 {out.dtype}：全书的掩码是布尔张量（torch.bool），"
+                                  "用 .bool() 或 dtype=torch.bool", key="dtype")
+            expect_dtype(out, torch.bool, f"n={n} 时的掩码", "掩码应是布尔张量（dtype=torch.bool），True = 可以关注")
+            compare(out, ref, what=f"n={n} 时的掩码", variants=[
+                Variant("diagonal_excluded", "差了一格（off by one）：对角线被排除了。位置 i 应能看见它自己（j ≤ i），"
+                        "用 tril() 而不是 tril(-1)", torch.ones(n, n, dtype=torch.bool).tril(-1)),
+                Variant("polarity", "极性反了：全书约定 True = 可以关注，应是下三角为 True、右上方（未来）为 False",
+                        ~ref),
+                Variant("upper_triangle", "方向反了：你给的是上三角（位置 i 看得见 j ≥ i，即偷看未来）；应为下三角 tril()",
+                        torch.ones(n, n, dtype=torch.bool).triu()),
+            ])
+
+    return run_checks("因果掩码", fn, [("n = 4, 6, 1 的下三角布尔矩阵", values)], verbose=verbose)
+
+
+def check_padding_mask(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(tokens, pad_id) -> (B, 1, 1, T)`` 布尔填充掩码：不是填充词元处为 True（可以关注）。
+
+    认得的错误：极性反了；形状是 ``(B, T)``（不能广播到 ``(B, h, T_q, T_k)``）或把键维放错了位置；
+    忽略了 ``pad_id`` 参数（写死 0）；不是布尔类型。
+    """
+    tokens = torch.tensor([[5, 6, 7, 9], [8, 9, 9, 9]])
+
+    def values(f):
+        out = f(tokens, 9)
+        ref = (tokens != 9)[:, None, None, :]
+        if isinstance(out, torch.Tensor) and out.dtype != torch.bool:
+            raise Mistake(f"掩码应是布尔张量（torch.bool），你的是 {out.dtype}；直接用比较 tokens != pad_id 就得到布尔值",
+                          key="dtype")
+        compare(out, ref, what="填充掩码", variants=[
+            Variant("polarity", "极性反了：全书约定 True = 可以关注，填充位置应为 False（tokens != pad_id）",
+                    ~ref),
+            Variant("shape_2d", "形状应为 (B, 1, 1, T)：(B, T) 不能直接广播到分数的 (B, h, T_q, T_k)，"
+                    "用 [:, None, None, :] 插入头和查询两个维度", tokens != 9),
+            Variant("shape_query_axis", "维度放错了位置：填充掩码屏蔽的是键（key），也就是分数的最后一维（列），"
+                    "形状应为 (B, 1, 1, T_k) 而不是 (B, 1, T, 1)", (tokens != 9)[:, None, :, None]),
+            Variant("shape_3d", "形状应为 (B, 1, 1, T)：(B, 1, T) 会和头这一维错位，再插入一个维度",
+                    (tokens != 9)[:, None, :]),
+            Variant("pad_id_ignored", "忽略了 pad_id 参数：这里的填充 id 是 9，不要写死 0 或 PAD",
+                    (tokens != 0)[:, None, None, :]),
+        ])
+
+    def broadcasts(f):
+        toks = torch.tensor([[4, 5, 0]])
+        mask = f(toks, 0)
+        expect_shape(mask, (1, 1, 1, 3), "pad_id=0 时的填充掩码")
+        scores = torch.zeros(1, 2, 3, 3)
+        try:
+            scores.masked_fill(~mask, -1.0)
+        except (RuntimeError, TypeError) as exc:  # pragma: no cover - 形状已检查
+            raise Mistake(f"掩码不能广播到分数形状 (B, h, T_q, T_k)：{exc}", key="shape") from exc
+
+    return run_checks("填充掩码", fn, [
+        ("布尔、(B, 1, 1, T)、pad_id 处为 False", values),
+        ("能广播到 (B, h, T_q, T_k)", broadcasts),
+    ], verbose=verbose)
+
+
+# ------------------------------------------------------------------ positional encoding
+
+def _pe_variant(max_len: int, d_model: int, kind: str = "ok") -> torch.Tensor:
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    j = torch.arange(d_model, dtype=torch.float64)  # 每一列的下标
+    two_i = 2 * torch.div(j, 2, rounding_mode="floor")  # 与列 j 配对的 2i
+    base = 10000.0
+    if kind == "i_not_2i":
+        expo = (two_i / 2) / d_model
+    elif kind == "j_exponent":
+        expo = j / d_model
+    else:
+        expo = two_i / d_model
+    if kind == "pos_from_1":
+        pos = pos + 1
+    angle = pos / base ** expo  # (max_len, d_model)
+    even = (j % 2 == 0)
+    if kind == "swapped":
+        return torch.where(even, torch.cos(angle), torch.sin(angle))
+    if kind == "concat":
+        half = angle[:, 0::2]
+        return torch.cat([torch.sin(half), torch.cos(half)], dim=1)
+    return torch.where(even, torch.sin(angle), torch.cos(angle))
+
+
+def check_positional_encoding(fn: Callable[[int, int], Any], *, verbose: bool = True) -> CheckResult:
+    r"""检查 ``fn(max_len, d_model) -> (max_len, d_model)``：论文的正弦余弦位置编码。
+
+    .. math:: PE(pos, 2i) = \sin(pos / 10000^{2i/d_{model}}),\quad PE(pos, 2i+1) = \cos(pos / 10000^{2i/d_{model}})
+
+    认得的错误：sin 与 cos 对调；指数用了 i 而不是 2i；奇数维用了自己的下标 j 而不是配对的 2i；
+    前一半 sin、后一半 cos 的拼接；位置从 1 开始；形状转置。
+    """
+
+    def values(f):
+        for max_len, d_model in ((6, 8), (50, 16)):
+            out = f(max_len, d_model)
+            ref = _pe_variant(max_len, d_model)
+            compare(out, ref, what=f"PE({max_len}, {d_model})", atol=1e-4, variants=[
+                Variant("sin_cos_swapped", "sin 与 cos 对调了：偶数维（0, 2, 4…）用 sin，奇数维（1, 3, 5…）用 cos",
+                        _pe_variant(max_len, d_model, "swapped")),
+                Variant("exponent_i", "指数写错了：应为 10000^(2i/d_model)，你用的是 10000^(i/d_model)（少了因子 2），"
+                        "频率下降得太慢", _pe_variant(max_len, d_model, "i_not_2i")),
+                Variant("exponent_j", "奇数维的频率不对：第 2i 维和第 2i+1 维共用同一个频率 10000^(2i/d_model)；"
+                        "你给奇数维用了它自己的下标 j", _pe_variant(max_len, d_model, "j_exponent")),
+                Variant("concatenated", "排列方式不对：论文是 sin、cos 交错（第 0 维 sin、第 1 维 cos、第 2 维 sin……），"
+                        "不是前一半全 sin、后一半全 cos", _pe_variant(max_len, d_model, "concat")),
+                Variant("pos_from_1", "位置应从 0 开始（pos = 0, 1, 2, …）：第 0 个位置的编码是 [0, 1, 0, 1, …]",
+                        _pe_variant(max_len, d_model, "pos_from_1")),
+                Variant("transposed", f"形状应为 (max_len, d_model) = ({max_len}, {d_model})：行是位置、列是维度，"
+                        "你的结果转置了", ref.T),
+            ])
+
+    return run_checks("正弦余弦位置编码", fn, [("与论文公式一致", values)], verbose=verbose)
+
+
+# ------------------------------------------------------------------ multi-head split / merge
+
+def check_split_heads(fn: Callable[[torch.Tensor, int], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(x, n_heads)``：把 ``(B, T, d_model)`` 拆成 ``(B, h, T, d_k)``，``d_k = d_model / h``。
+
+    正确做法：``x.view(B, T, h, d_k).transpose(1, 2)``——每个头取连续的 d_k 个特征。
+    认得的错误：直接 ``view(B, h, T, d_k)``（顺序错，把不同位置的特征混进一个头）；忘了 transpose；
+    特征交错分给各头（``view(B, T, d_k, h)``）。
+    """
+    B, T, d_model, h = 2, 3, 8, 2
+    d_k = d_model // h
+    x = torch.arange(B * T * d_model, dtype=torch.float32).reshape(B, T, d_model)
+
+    def values(f):
+        out = f(x.clone(), h)
+        ref = x.view(B, T, h, d_k).transpose(1, 2)  # (B, h, T, d_k)
+        compare(out, ref, what="拆分后的张量", atol=0, rtol=0, variants=[
+            Variant("view_wrong_order", "头拆错了顺序：x.view(B, h, T, d_k) 形状虽对，却把不同位置的特征混进了同一个头。"
+                    "应先 view(B, T, h, d_k)，再 transpose(1, 2) 得到 (B, h, T, d_k)", x.reshape(B, h, T, d_k)),
+            Variant("no_transpose", "忘了 transpose(1, 2)：view(B, T, h, d_k) 之后还要把头维换到第 1 维，得到 (B, h, T, d_k)",
+                    x.view(B, T, h, d_k)),
+            Variant("interleaved", "特征分配错了：每个头应取连续的 d_k 个特征（第 0 个头取 0…d_k-1），"
+                    "不是隔 h 个取一个", x.view(B, T, d_k, h).permute(0, 3, 1, 2)),
+        ])
+
+    def other_sizes(f):
+        y = randn(1, 5, 12, seed=31)
+        compare(f(y, 3), y.view(1, 5, 3, 4).transpose(1, 2), what="(1, 5, 12)、h=3 时的结果",
+                default_hint="形状要从输入推出来（B, T, d_model = x.shape；d_k = d_model // n_heads），不要写死数字")
+
+    return run_checks("拆分多头", fn, [("(2, 3, 8) 拆成 2 个头", values), ("其他形状", other_sizes)], verbose=verbose)
+
+
+def check_merge_heads(fn: Callable[[torch.Tensor], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(x)``：把 ``(B, h, T, d_k)`` 合并回 ``(B, T, h·d_k)``——拆分多头的逆操作。
+
+    正确做法：``x.transpose(1, 2).contiguous().view(B, T, h * d_k)``（或 ``.reshape``）。
+    认得的错误：没有先 transpose 就 view（头与位置混在一起）；transpose 后直接 view（不连续，报错）。
+    """
+    B, h, T, d_k = 2, 2, 3, 4
+    x = torch.arange(B * h * T * d_k, dtype=torch.float32).reshape(B, h, T, d_k)
+
+    def values(f):
+        out = f(x.clone())
+        ref = x.transpose(1, 2).reshape(B, T, h * d_k)
+        compare(out, ref, what="合并后的张量", atol=0, rtol=0, variants=[
+            Variant("no_transpose", "没有先 transpose(1, 2)：直接 view(B, T, h·d_k) 会把不同头、不同位置的特征混在一起；"
+                    "先把头维换回第 2 维：x.transpose(1, 2).contiguous().view(B, T, h * d_k)", x.reshape(B, T, h * d_k)),
+        ])
+
+    return run_checks("合并多头", fn, [("(2, 2, 3, 4) 合并成 (2, 3, 8)", values)], verbose=verbose)
