@@ -15,3 +15,6 @@ from tformer_lib.exercises.checks import (
     check_softmax,
     check_split_heads,
 )
+
+# --- ch04 ---
+from tformer_lib.exercises.ch04 import check_mha_param_count, check_pre_ln_block
