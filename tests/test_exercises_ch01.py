@@ -1,4 +1,4 @@
-"""第 1 章检查器：接受参考答案；未完成时只提示不抛异常；对每个典型错误给出对应提示。"""
+"""第 1 章检查器：接受参考答案；未完成时只提示不抛异常；对每个典型错误给出对应的提示与错误名（key）。"""
 
 import math
 
@@ -45,45 +45,56 @@ CHECKERS = [
 
 @pytest.mark.parametrize("checker, ref", CHECKERS)
 def test_accepts_reference(checker, ref, capsys):
-    assert checker(ref) == True  # noqa: E712
-    assert bool(checker(ref)) is True
+    result = checker(ref)
+    assert result.passed and bool(result)
     assert "✅" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("checker, ref", CHECKERS)
 def test_stub_reports_not_done_without_raising(checker, ref, capsys):
-    assert checker(_stub) == False  # noqa: E712
+    result = checker(_stub)
+    assert result.pending and not result
     assert "尚未完成" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("checker, ref", CHECKERS)
-def test_not_callable(checker, ref, capsys):
-    assert not checker(42)
-    assert "❌" in capsys.readouterr().out
+def test_returning_none_counts_as_not_done(checker, ref, capsys):
+    assert checker(lambda *args: None).pending
+    assert "尚未完成" in capsys.readouterr().out
 
 
-def _rejects(checker, fn, hint, capsys):
-    assert not checker(fn)
+@pytest.mark.parametrize("checker, ref", CHECKERS)
+def test_not_callable_is_a_type_error(checker, ref):
+    with pytest.raises(TypeError):
+        checker(42)
+
+
+def _rejects(checker, fn, key, hint, capsys):
+    result = checker(fn)
     out = capsys.readouterr().out
+    assert not result and result.status == "failed"
+    assert result.mistake == key, (result.mistake, out)
     assert "❌" in out and hint in out, out
 
 
 # ---- 练习 1 的错误变体 -------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "wrong, hint",
+    "wrong, key, hint",
     [
-        (lambda toks, stoi: [stoi.get(t, UNK) for t in toks], "忘了在开头加 BOS"),
-        (lambda toks, stoi: [BOS] + [stoi.get(t, UNK) for t in toks], "两端都要加"),
-        (lambda toks, stoi: [EOS] + [stoi.get(t, UNK) for t in toks] + [BOS], "放反了"),
-        (lambda toks, stoi: [BOS] + [stoi[t] for t in toks if t in stoi] + [EOS], "未登录词被丢掉了"),
-        (lambda toks, stoi: [BOS] + [stoi.get(t, PAD) for t in toks] + [EOS], "不是 PAD"),
-        (lambda toks, stoi: [BOS] + [stoi[t] for t in toks] + [EOS], "KeyError"),
-        (lambda toks, stoi: "狗 咬 人", "应返回 id 列表"),
-        (lambda toks, stoi: [BOS] + [stoi.get(t, UNK) + 1 for t in toks] + [EOS], "期望"),
+        (lambda toks, stoi: [stoi.get(t, UNK) for t in toks], "no_bos_eos", "忘了在开头加 BOS"),
+        (lambda toks, stoi: [BOS] + [stoi.get(t, UNK) for t in toks], "no_eos", "两端都要加"),
+        (lambda toks, stoi: [stoi.get(t, UNK) for t in toks] + [EOS], "no_bos", "两端都要加"),
+        (lambda toks, stoi: [EOS] + [stoi.get(t, UNK) for t in toks] + [BOS], "swapped", "放反了"),
+        (lambda toks, stoi: [BOS] + [stoi[t] for t in toks if t in stoi] + [EOS], "dropped_unknown", "未登录词被丢掉了"),
+        (lambda toks, stoi: [BOS] + [stoi.get(t, PAD) for t in toks] + [EOS], "unknown_as_pad", "不是 PAD"),
+        (lambda toks, stoi: [BOS] + [stoi[t] for t in toks] + [EOS], "key_error", "KeyError"),
+        (lambda toks, stoi: "狗 咬 人", "type", "应返回 id 列表"),
+        (lambda toks, stoi: [BOS, "狗", EOS], "type", "整数 id"),
+        (lambda toks, stoi: [BOS] + [stoi.get(t, UNK) + 1 for t in toks] + [EOS], "values", "期望"),
     ],
 )
-def test_encode_wrong_variants(wrong, hint, capsys):
-    _rejects(check_encode, wrong, hint, capsys)
+def test_encode_wrong_variants(wrong, key, hint, capsys):
+    _rejects(check_encode, wrong, key, hint, capsys)
 
 
 def test_encode_accepts_tensor_output(capsys):
@@ -92,33 +103,33 @@ def test_encode_accepts_tensor_output(capsys):
 
 # ---- 练习 2 -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "wrong, hint",
+    "wrong, key, hint",
     [
-        (lambda ids, w: F.one_hot(ids).float() @ w, "num_classes"),  # 少了 num_classes
-        (lambda ids, w: F.one_hot(ids, w.shape[0]).float() @ w[:, :-1], "输出形状应为"),
-        (lambda ids, w: F.one_hot(ids, w.shape[0]).float() @ (w * 2), "形状对了但数值不对"),
-        (lambda ids, w: [1, 2], "应返回张量"),
-        (lambda ids, w: F.one_hot(ids, w.shape[0]).float() @ w.T, "num_classes"),  # 转置 → 形状错
+        (lambda ids, w: F.one_hot(ids).float() @ w, "num_classes", "num_classes"),  # 少了 num_classes
+        (lambda ids, w: F.one_hot(ids, w.shape[0]).float() @ w.T, "num_classes", "不要转置"),
+        (lambda ids, w: F.one_hot(ids, w.shape[0]).float() @ w[:, :-1], "shape", "输出形状应为"),
+        (lambda ids, w: F.one_hot(ids, w.shape[0]).float() @ (w * 2), "values", "形状对了但数值不对"),
+        (lambda ids, w: [1, 2], "type", "torch 张量"),
     ],
 )
-def test_lookup_wrong_variants(wrong, hint, capsys):
-    _rejects(check_one_hot_lookup, wrong, hint, capsys)
+def test_lookup_wrong_variants(wrong, key, hint, capsys):
+    _rejects(check_one_hot_lookup, wrong, key, hint, capsys)
 
 
 # ---- 练习 3 -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "wrong, hint",
+    "wrong, key, hint",
     [
-        (lambda ids, w: w[ids], "忘了缩放"),
-        (lambda ids, w: w[ids] / math.sqrt(w.shape[1]), "方向反了"),
-        (lambda ids, w: w[ids] * w.shape[1], "不是 d_model"),
-        (lambda ids, w: w[ids] * math.sqrt(w.shape[0]), "不是词表大小"),
-        (lambda ids, w: w[ids] * 8.0, "结果与 TokenEmbedding 不同"),
-        (lambda ids, w: w[ids][:, :1] * math.sqrt(w.shape[1]), "输出形状应为"),
+        (lambda ids, w: w[ids], "no_scale", "忘了缩放"),
+        (lambda ids, w: w[ids] / math.sqrt(w.shape[1]), "divided", "方向反了"),
+        (lambda ids, w: w[ids] * w.shape[1], "times_d", "不是 d_model"),
+        (lambda ids, w: w[ids] * math.sqrt(w.shape[0]), "sqrt_vocab", "不是词表大小"),
+        (lambda ids, w: w[ids] * 8.0, "values", "结果与 TokenEmbedding 不同"),
+        (lambda ids, w: w[ids][:, :1] * math.sqrt(w.shape[1]), "shape", "输出形状应为"),
     ],
 )
-def test_embedding_wrong_variants(wrong, hint, capsys):
-    _rejects(check_token_embedding, wrong, hint, capsys)
+def test_embedding_wrong_variants(wrong, key, hint, capsys):
+    _rejects(check_token_embedding, wrong, key, hint, capsys)
 
 
 # ---- 练习 4 -----------------------------------------------------------------------------------------
@@ -143,41 +154,26 @@ def _fixed_len(seqs):
 
 
 @pytest.mark.parametrize(
-    "wrong, hint",
+    "wrong, key, hint",
     [
-        (lambda seqs: (ref_pad(seqs)[0], ~ref_pad(seqs)[1]), "极性反了"),
-        (lambda seqs: (ref_pad(seqs)[0], ref_pad(seqs)[1].int()), "布尔张量"),
-        (lambda seqs: (ref_pad(seqs)[0].float(), ref_pad(seqs)[1]), "torch.long"),
-        (_left_pad, "右侧补 PAD"),
-        (_wrong_fill, "应填 PAD"),
-        (_fixed_len, "补到本批最长句"),
-        (lambda seqs: ref_pad(seqs)[0], "元组"),
-        (lambda seqs: (ref_pad(seqs)[0], ref_pad(seqs)[1][:, :1]), "keep 形状"),
+        (lambda seqs: (ref_pad(seqs)[0], ~ref_pad(seqs)[1]), "polarity", "极性反了"),
+        (lambda seqs: (ref_pad(seqs)[0], ref_pad(seqs)[1].int()), "dtype", "布尔张量"),
+        (lambda seqs: (ref_pad(seqs)[0].float(), ref_pad(seqs)[1]), "dtype", "torch.long"),
+        (_left_pad, "left_pad", "右侧补 PAD"),
+        (_wrong_fill, "pad_value", "应填 PAD"),
+        (_fixed_len, "shape", "补到本批最长句"),
+        (lambda seqs: ref_pad(seqs)[0], "type", "元组"),
+        (lambda seqs: (ref_pad(seqs)[0], ref_pad(seqs)[1][:, :1]), "shape", "keep 形状"),
     ],
 )
-def test_pad_wrong_variants(wrong, hint, capsys):
-    _rejects(check_pad_batch, wrong, hint, capsys)
+def test_pad_wrong_variants(wrong, key, hint, capsys):
+    _rejects(check_pad_batch, wrong, key, hint, capsys)
 
 
 def test_checkers_leave_global_rng_untouched():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    check_one_hot_lookup(ref_lookup)
-    check_token_embedding(ref_embedding)
+    for checker, ref in CHECKERS:
+        checker(ref)
     assert torch.equal(torch.rand(3), expected)
-
-
-@pytest.mark.parametrize("checker, ref", CHECKERS)
-def test_returning_none_counts_as_not_done(checker, ref, capsys):
-    assert not checker(lambda *args: None)
-    assert "尚未完成" in capsys.readouterr().out
-
-
-def test_check_result_displays_nothing_in_ipython():
-    from tformer_lib.exercises.ch01 import CheckResult
-
-    r = CheckResult(True)
-    assert r and r == True and CheckResult(False) == False  # noqa: E712
-    assert r._ipython_display_() is None
-    assert repr(r) == "CheckResult(passed=True)"

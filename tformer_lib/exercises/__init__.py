@@ -18,3 +18,6 @@ from tformer_lib.exercises.checks import (
 
 # --- ch04 ---
 from tformer_lib.exercises.ch04 import check_mha_param_count, check_pre_ln_block
+
+# --- ch01 ---
+from tformer_lib.exercises.ch01 import check_encode, check_one_hot_lookup, check_pad_batch, check_token_embedding
