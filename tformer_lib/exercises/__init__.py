@@ -21,3 +21,6 @@ from tformer_lib.exercises.ch04 import check_mha_param_count, check_pre_ln_block
 
 # --- ch01 ---
 from tformer_lib.exercises.ch01 import check_encode, check_one_hot_lookup, check_pad_batch, check_token_embedding
+
+# --- ch03 ---
+from tformer_lib.exercises.ch03 import check_attention_entropy, check_simple_self_attention, check_softmax_jacobian
