@@ -11,4 +11,3 @@ fi
 # 依赖已满足时 pip 只做检查，几秒即可返回。
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[book,test]'
 export PATH="$ROOT/.venv/bin:$PATH"
-export MPLBACKEND=Agg
