@@ -135,7 +135,7 @@ def run_checks(
             hint = str(exc) or "结果与参考答案不一致"
             result = CheckResult(title, FAILED, f"❌ 未通过：{title}（检查“{desc}”）\n   提示：{hint}", hint, "assertion", done)
         except Exception as exc:  # 读者代码里的任何错误都转成结论，不让笔记本中断
-            hint = f"你的函数抛出了 {type(exc).__name__}：{exc}"
+            hint = f"你的函数抛出了 {type(exc).__name__}：{str(exc).rstrip('. ')}"
             if isinstance(exc, RuntimeError) and "view" in str(exc) and "contiguous" in str(exc):
                 hint += "。transpose 之后的张量在内存里不连续：先 .contiguous() 再 .view，或者直接用 .reshape"
             result = CheckResult(title, FAILED, f"❌ 未通过：{title}（检查“{desc}”）\n   提示：{hint}", hint, "exception", done)
