@@ -15,7 +15,7 @@ nbval 在测试里检查这些输出仍然与代码一致。改了库或笔记�
   ``PYTHONHASHSEED=0``；随机种子由每章第一个单元 ``setup()`` 设定；
 * 执行出错就停下并报告是哪个单元（不写回文件）；
 * 去掉易变的元数据：每个单元的执行时间戳、``metadata.execution``、``widgets`` 之外的运行期杂项，
-  内核信息统一成 ``python3``，使 git diff 只显示真正的内容变化。
+  内核信息统一成 ``python3``；相邻的 stdout/stderr 片段合并，使 git diff 只显示真正的内容变化。
 
 nbclient 偶尔在 ``ipywidgets.interact`` 单元上等到超时（见 ``_ext/tformer_book.py`` 的说明），
 这里加载同一个补丁。
@@ -72,8 +72,18 @@ def strip_volatile(nb) -> None:
         for key in VOLATILE_CELL_METADATA:
             cell.metadata.pop(key, None)
         if cell.cell_type == "code":
+            merged = []
             for output in cell.get("outputs", []):
                 output.get("metadata", {}).pop("execution", None)
+                # 相邻的同名 stream 输出合并成一个：内核把 print 拆成几条消息的方式每次不同，
+                # 合并后存下来的笔记本才不会因此产生无意义的 diff
+                if (output.get("output_type") == "stream" and merged
+                        and merged[-1].get("output_type") == "stream"
+                        and merged[-1].get("name") == output.get("name")):
+                    merged[-1]["text"] += output["text"]
+                else:
+                    merged.append(output)
+            cell["outputs"] = merged
 
 
 def execute_one(path: Path, timeout: int, kernel_name: str) -> float:

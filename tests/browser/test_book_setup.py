@@ -142,7 +142,12 @@ def test_strip_volatile_metadata():
     cell = nbformat.v4.new_code_cell("1")
     cell.metadata["execution"] = {"iopub.status.busy": "2026-01-01"}
     cell.metadata["tags"] = ["hide-cell"]
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="a\n"),
+                    nbformat.v4.new_output("stream", name="stdout", text="b\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text="w\n")]
     nb.cells.append(cell)
     execute_notebooks.strip_volatile(nb)
     assert set(nb.metadata) == {"kernelspec", "widgets"}
     assert cell.metadata == {"tags": ["hide-cell"]}
+    assert [(o.name, o.text) for o in cell.outputs] == [("stdout", "a\nb\n"), ("stderr", "w\n")]
+    nbformat.validate(nb)
