@@ -24,3 +24,6 @@ from tformer_lib.exercises.ch01 import check_encode, check_one_hot_lookup, check
 
 # --- ch03 ---
 from tformer_lib.exercises.ch03 import check_attention_entropy, check_simple_self_attention, check_softmax_jacobian
+
+# --- ch02 ---
+from tformer_lib.exercises.ch02 import check_order_blindness_test, check_shift_rotation, check_wavelength
