@@ -82,6 +82,11 @@ def test_positional_figures_use_the_library_encoding():
     assert "cos" in lines[1].get_label() and "sin" in lines[0].get_label()
     with pytest.raises(ValueError, match="dims"):
         P.plot_positional_curves(dims=(8,), d_model=8)
+    fig = _render(P.plot_positional_curves(dims=(0, 1, 6), max_len=30, d_model=8, stacked=True))
+    assert len(fig.axes) == 2  # 两个频率：i = 0 与 i = 3
+    np.testing.assert_allclose(fig.axes[1].get_lines()[0].get_ydata(),
+                               sinusoidal_positional_encoding(30, 8)[:, 6].numpy(), atol=1e-6)
+    assert fig.axes[0].get_title().startswith("i = 0")
     with pytest.raises(ValueError, match="position"):
         P.plot_positional_slice(position=99, max_len=10)
     with pytest.raises(ValueError, match="d_model"):
@@ -238,3 +243,28 @@ def test_history_accepts_both_shapes():
         P.plot_history(3)
     with pytest.raises(ValueError, match="metrics"):
         P.plot_history(rows, metrics=["bleu"])
+
+
+def test_history_accepts_the_trainer_history():
+    from tformer_lib.training.trainer import History
+
+    h = History.from_dict({
+        "step_loss": [4.0, 3.0, 2.5, 2.0], "step_lr": [1e-4, 2e-4, 3e-4, 2.5e-4],
+        "epochs": [
+            {"epoch": 1, "step": 2, "train_loss": 3.5, "lr": 2e-4, "valid_loss": 3.2, "valid_bleu": 5.0, "seconds": 1.7},
+            {"epoch": 2, "step": 4, "train_loss": 2.2, "lr": 2.5e-4, "valid_loss": 2.4, "valid_bleu": 11.0, "seconds": 1.6},
+        ],
+    })
+    for src in (h, h.to_dict()):
+        cols = P.history_to_columns(src)
+        assert cols["step"].tolist() == [1, 2, 3, 4]
+        assert cols["lr"].tolist() == [1e-4, 2e-4, 3e-4, 2.5e-4]  # 每步的学习率，不被 epoch 记录覆盖
+        assert np.isnan(cols["valid_loss"][0]) and cols["valid_loss"][3] == 2.4
+    fig = _render(P.plot_history(h))
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert titles == ["损失", "学习率", "验证 BLEU"]  # 耗时 seconds 不画
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["训练损失（每步）", "训练损失", "验证损失"]
+    many = {"loss": [1.0, 2.0], "a": [1, 2], "b": [1, 2], "c": [1, 2]}
+    fig = P.plot_history(many)
+    assert len(fig.axes) == 6 and sum(ax.get_visible() for ax in fig.axes) == 4  # 每行最多 3 幅

@@ -63,24 +63,51 @@ def plot_positional_encoding(
 
 
 def plot_positional_curves(
-    dims: Sequence[int] = (0, 1, 4, 5, 10, 11),
+    dims: Sequence[int] = (4, 5, 10, 11, 20, 21),
     max_len: int = 100,
     d_model: int = 64,
     *,
+    stacked: bool = False,
     title: str | None = None,
     ax=None,
 ):
-    """若干维度上 ``PE[pos, dim]`` 随位置 pos 变化的曲线：低维频率高、高维频率低；同一对 (2i, 2i+1) 同频。"""
+    """若干维度上 ``PE[pos, dim]`` 随位置 pos 变化的曲线：低维频率高、高维频率低；同一对 (2i, 2i+1) 同频。
+
+    ``stacked=True`` 时每个频率（每对 2i / 2i+1）单独一幅子图、上下排列，并标出波长 2π·10000^(2i/d_model)；
+    默认把所有曲线画在一幅图里（实线 sin，虚线 cos）。曲线只在整数位置上取值（与库函数一致）。
+    """
     pe = _pe(max_len, d_model)
     dims = [int(d) for d in dims]
+    if not dims:
+        raise ValueError("dims 至少要有一个维度")
     for d in dims:
         if not 0 <= d < d_model:
             raise ValueError(f"dims 中的 {d} 超出 [0, {d_model})")
+    pos = np.arange(max_len)
+    if stacked:
+        if ax is not None:
+            raise ValueError("stacked=True 时会新建多幅子图，不能同时给 ax")
+        pairs: list[int] = []
+        for d in dims:
+            if d // 2 not in pairs:
+                pairs.append(d // 2)
+        fig = blank_figure((7.2, 1.6 * len(pairs) + 0.8))
+        axes = fig.subplots(len(pairs), 1, sharex=True, squeeze=False)[:, 0]
+        for a, i in zip(axes, pairs):
+            for d in (2 * i, 2 * i + 1):
+                if d in dims:
+                    a.plot(pos, pe[:, d], ls="-" if d % 2 == 0 else "--", marker=".", ms=3, label=_dim_label(d))
+            a.set_ylim(-1.2, 1.2)
+            a.set_title(f"i = {i}：波长 ≈ {2 * np.pi * 10000.0 ** (2 * i / d_model):.1f}", fontsize=9)
+            a.legend(loc="upper right", fontsize=7)
+            a.grid(alpha=0.3)
+        axes[-1].set_xlabel("位置 pos")
+        fig.suptitle(title if title is not None else f"每个频率一行：维度越高，波长越长（d_model={d_model}）")
+        return fig
     if ax is None:
         fig, ax = new_figure((7.2, 3.8))
     else:
         fig = ax.figure
-    pos = np.arange(max_len)
     for d in dims:
         ax.plot(pos, pe[:, d], ls="-" if d % 2 == 0 else "--", label=_dim_label(d))
     ax.set_xlabel("位置 pos")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -120,23 +121,54 @@ _METRIC_NAMES = {
     "loss": "损失", "train_loss": "训练损失", "val_loss": "验证损失", "valid_loss": "验证损失",
     "eval_loss": "验证损失", "test_loss": "测试损失", "acc": "准确率", "accuracy": "准确率",
     "train_acc": "训练准确率", "val_acc": "验证准确率", "val_accuracy": "验证准确率", "bleu": "BLEU",
-    "val_bleu": "验证 BLEU", "lr": "学习率", "ppl": "困惑度", "perplexity": "困惑度", "val_ppl": "验证困惑度",
-    "tokens_per_sec": "每秒词元数", "grad_norm": "梯度范数",
+    "val_bleu": "验证 BLEU", "valid_bleu": "验证 BLEU", "lr": "学习率", "ppl": "困惑度", "perplexity": "困惑度",
+    "val_ppl": "验证困惑度", "tokens_per_sec": "每秒词元数", "grad_norm": "梯度范数",
+    "step_loss": "训练损失（每步）", "valid_token_accuracy": "验证词元准确率", "valid_exact_match": "验证整句正确率",
+    "token_accuracy": "词元准确率", "exact_match": "整句正确率",
 }
 _X_KEYS = ("step", "steps", "epoch", "iteration", "iter")
+#: 默认不画的列：耗时每次运行都不同，画出来没有意义。
+_IGNORED = ("seconds", "time", "elapsed", "wall_time")
+
+
+def _trainer_rows(data: Mapping[str, Any]) -> list[dict]:
+    """把 ``Trainer.history.to_dict()`` 的形状（step_loss / step_lr / epochs）摊平成按步的记录列表。"""
+    rows = [{"step": i + 1, "step_loss": float(x)} for i, x in enumerate(data.get("step_loss", []))]
+    for i, lr in enumerate(data.get("step_lr", [])):
+        if i < len(rows):
+            rows[i]["lr"] = float(lr)
+    by_step = {r["step"]: r for r in rows}
+    for rec in data.get("epochs", []):
+        rec = {k: v for k, v in dict(rec).items() if k not in ("epoch", "lr")}
+        step = rec.get("step", len(rows))
+        if step in by_step:
+            by_step[step].update(rec)
+        else:
+            row = {"step": step, **rec}
+            rows.append(row)
+            by_step[step] = row
+    return sorted(rows, key=lambda r: r["step"])
 
 
 def history_to_columns(history: Any) -> dict[str, np.ndarray]:
     """把训练历史统一成“列”：``{名字: float 数组}``，缺失值为 NaN。
 
-    接受两种形状：
+    接受三种形状：
 
     - 记录列表（list of dicts）：``[{"step": 1, "loss": 2.3}, {"step": 2, "loss": 2.1, "val_loss": 2.4}, …]``，
       某条记录缺某个键（例如只偶尔评估一次的验证损失）时记为 NaN；
-    - 列字典（dict of lists）：``{"step": [1, 2, …], "loss": […], "val_loss": […]}``，各列等长。
+    - 列字典（dict of lists）：``{"step": [1, 2, …], "loss": […], "val_loss": […]}``，各列等长；
+    - 库里训练器的记录：``Trainer.history``（:class:`tformer_lib.training.trainer.History`）或它的
+      ``to_dict()``——每步的 ``step_loss``/``step_lr`` 加上每个 epoch 的指标字典 ``epochs``
+      （epoch 指标画在该 epoch 结束时的步数上）。
 
     非数值的列（如字符串）被忽略。
     """
+    if hasattr(history, "to_dict") and hasattr(history, "epochs"):
+        history = history.to_dict()
+    if isinstance(history, Mapping) and "epochs" in history and isinstance(history.get("epochs"), (list, tuple)) \
+            and all(isinstance(e, Mapping) for e in history["epochs"]):
+        history = _trainer_rows(history)
     if isinstance(history, Mapping):
         cols = {str(k): list(v) for k, v in history.items() if isinstance(v, (list, tuple, np.ndarray))}
         lengths = {len(v) for v in cols.values()}
@@ -151,7 +183,7 @@ def history_to_columns(history: Any) -> dict[str, np.ndarray]:
             keys += [str(k) for k in r if str(k) not in keys]
         cols = {k: [r.get(k) for r in rows] for k in keys}
     else:
-        raise TypeError(f"history 应为字典列表或列表字典，收到 {type(history).__name__}")
+        raise TypeError(f"history 应为字典列表、列表字典或训练器的 History，收到 {type(history).__name__}")
     out: dict[str, np.ndarray] = {}
     for k, v in cols.items():
         try:
@@ -169,7 +201,7 @@ def plot_history(
     logy: bool = False,
     title: str | None = None,
 ):
-    """训练历史曲线：含 “loss” 的列画在左图（损失），其余指标（准确率、BLEU、学习率……）各占一幅子图。
+    """训练历史曲线：含 “loss” 的列画在第一幅子图（损失），其余指标（准确率、BLEU、学习率……）各占一幅，每行最多 3 幅。
 
     ``history`` 的形状见 :func:`history_to_columns`。``x`` 为横轴列名，默认依次找 step/epoch/iteration，
     都没有时用记录序号。``metrics`` 指定要画的列（默认：除横轴外的全部数值列）。缺失值（NaN）跳过，
@@ -184,7 +216,7 @@ def plot_history(
     elif x not in cols:
         raise ValueError(f"x={x!r} 不在 history 的列 {sorted(cols)} 中")
     xs = cols[x] if x is not None else np.arange(1, n + 1, dtype=float)
-    names = [k for k in cols if k != x and k not in _X_KEYS] if metrics is None else list(metrics)
+    names = [k for k in cols if k != x and k not in _X_KEYS and k not in _IGNORED] if metrics is None else list(metrics)
     for k in names:
         if k not in cols:
             raise ValueError(f"metrics 中的 {k!r} 不在 history 的列 {sorted(cols)} 中")
@@ -193,14 +225,19 @@ def plot_history(
     losses = [k for k in names if "loss" in k.lower()]
     others = [k for k in names if k not in losses]
     panels = ([losses] if losses else []) + [[k] for k in others]
-    fig = blank_figure((min(15.0, 4.8 * len(panels) + 0.6), 3.6))
-    axes = fig.subplots(1, len(panels), squeeze=False)
-    for ax, group in zip(axes[0], panels):
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = blank_figure((min(15.0, 4.8 * ncols + 0.6), 3.6 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    for ax, group in zip(axes, panels):
         for k in group:
             y = cols[k]
             ok = np.isfinite(y) & np.isfinite(xs)
             sparse = ok.sum() < 0.5 * n
-            ax.plot(xs[ok], y[ok], marker="o" if sparse else None, ms=3, label=_METRIC_NAMES.get(k, k))
+            ax.plot(xs[ok], y[ok], marker="o" if sparse else None, ms=3, lw=0.8 if k == "step_loss" else 1.5,
+                    alpha=0.6 if k == "step_loss" else 1.0, label=_METRIC_NAMES.get(k, k))
         ax.set_xlabel({"step": "训练步数", "steps": "训练步数", "epoch": "轮次（epoch）"}.get(x, x or "记录序号"))
         label = "损失" if group is losses else _METRIC_NAMES.get(group[0], group[0])
         ax.set_ylabel(label)
