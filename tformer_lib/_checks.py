@@ -62,3 +62,16 @@ def bool_mask(name: str, mask, target_shape: Sequence[int]) -> torch.Tensor:
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the score shape {tuple(target_shape)}"
         )
     return mask
+
+
+def attention_inputs(q, k, v) -> None:
+    """要求 ``q``/``k``/``v`` 形如 ``(..., T, d)``：q、k 的 d_k 相同，k、v 的长度 T_k 相同，且都非空。"""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() < 2:
+            raise ValueError(f"{name} must be a tensor of shape (..., T, d), got {getattr(x, 'shape', type(x))}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last dimension d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length T_k, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    non_empty_sequence("q", q)
+    non_empty_sequence("k", k)

@@ -11,20 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import bool_mask, non_empty_sequence, positive_int, tensor_with_dim
+from ._checks import attention_inputs, bool_mask, non_empty_sequence, positive_int, tensor_with_dim
 from .kv_cache import AttentionCache
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.dim() < 2:
-            raise ValueError(f"{name} must be a tensor of shape (..., T, d), got {getattr(x, 'shape', type(x))}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the last dimension d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length T_k, got k {tuple(k.shape)} and v {tuple(v.shape)}")
-    non_empty_sequence("q", q)
-    non_empty_sequence("k", k)
 
 
 def scaled_dot_product_attention(
@@ -42,7 +30,7 @@ def scaled_dot_product_attention(
     因此被屏蔽处的权重恰好为 0，整行都被屏蔽时输出全 0 而不是 NaN。
     返回的 ``weights`` 是 dropout 之前的权重。
     """
-    _check_qkv(q, k, v)
+    attention_inputs(q, k, v)
     d_k = q.shape[-1]
     # 计算 Q K^T / sqrt(d_k)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
@@ -68,7 +56,7 @@ def fast_scaled_dot_product_attention(
     PyTorch 的布尔 ``attn_mask`` 也是 True = 参与注意力；但整行被屏蔽时它给 NaN。
     所以这里把掩码换成加性浮点掩码（被屏蔽处为 ``finfo.min``），再把整行被屏蔽的输出置 0。
     """
-    _check_qkv(q, k, v)
+    attention_inputs(q, k, v)
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
     score_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
