@@ -1,0 +1,136 @@
+"""解码：贪心、束搜索、采样，以及 K/V 缓存与不缓存的逐步等价。"""
+
+import pytest
+import torch
+
+from tformer_lib import TransformerConfig, make_model
+from tformer_lib.data import Vocab
+from tformer_lib.decoding import (
+    beam_search,
+    decoder_step_logits,
+    greedy_decode,
+    ids_to_lists,
+    sample_decode,
+    translate,
+)
+from tformer_lib.masks import padding_mask
+from tformer_lib.specials import BOS, EOS, PAD
+
+
+def _model(positional="sinusoidal", norm_first=False, seed=0):
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(20, 23, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
+                            dropout=0.1, max_len=80, positional=positional, norm_first=norm_first)
+    return make_model(cfg).eval()
+
+
+def _src(B=3, S=7, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 20, (B, S), generator=g)
+    src[1, 5:] = PAD  # 第二句较短
+    return src
+
+
+@pytest.mark.parametrize("positional,norm_first", [("sinusoidal", False), ("learned", True), ("none", False)])
+def test_cached_logits_equal_uncached_at_every_step(positional, norm_first):
+    model = _model(positional, norm_first)
+    src = _src()
+    tgt = torch.cat([torch.full((3, 1), BOS), torch.randint(4, 23, (3, 9))], dim=1)  # (B, T) 含 BOS
+    with torch.no_grad():
+        full = model(src, tgt)  # (B, T, V) 一次前向
+        src_mask = padding_mask(src)
+        memory = model.encode(src, src_mask)
+        cache = model.new_cache()
+        for t in range(tgt.shape[1]):
+            cached = decoder_step_logits(model, memory, src_mask, tgt[:, t : t + 1], cache)  # (B, V)
+            uncached = decoder_step_logits(model, memory, src_mask, tgt[:, : t + 1])  # (B, V)
+            assert torch.allclose(cached, uncached, atol=1e-5), f"step {t}"
+            assert torch.allclose(cached, full[:, t], atol=1e-5), f"step {t}"
+        assert cache.length == tgt.shape[1]
+
+
+def test_greedy_cached_equals_uncached_and_respects_padding():
+    model = _model()
+    src = _src()
+    a = greedy_decode(model, src, max_len=12)
+    b = greedy_decode(model, src, max_len=12, use_cache=False)
+    assert torch.equal(a, b)
+    # 批量解码与逐句解码一致（填充掩码生效）
+    alone = greedy_decode(model, src[1:2, :5], max_len=12)
+    assert ids_to_lists(a[1:2]) == ids_to_lists(alone)
+
+
+def test_greedy_stops_at_eos_and_pads_after():
+    model = _model()
+    with torch.no_grad():
+        model.generator.proj.bias[EOS] = 100.0  # 迫使第一步就输出 EOS
+    out = greedy_decode(model, _src(), max_len=10)
+    assert out.tolist() == [[EOS]] * 3
+    assert ids_to_lists(out) == [[], [], []]
+    full = greedy_decode(model, _src(), max_len=10, stop_at_eos=False)
+    assert full.shape == (3, 10)
+
+
+def test_finish_pads_after_first_eos():
+    ids = torch.tensor([[5, EOS, 7, EOS], [5, 6, 7, 8]])
+    assert ids_to_lists(ids) == [[5], [5, 6, 7, 8]]
+
+
+def test_beam_size_one_equals_greedy_and_beam_scores_at_least_greedy():
+    model = _model()
+    src = _src()
+    greedy = greedy_decode(model, src, max_len=8)
+    beam1 = beam_search(model, src, beam_size=1, max_len=8, length_penalty=0.0)
+    assert ids_to_lists(beam1) == ids_to_lists(greedy)
+
+    def logprob(row_src, seq):  # 含 EOS（若有）的整句 log 概率
+        tgt_in = torch.tensor([[BOS] + seq[:-1]]) if seq else torch.tensor([[BOS]])
+        with torch.no_grad():
+            lp = model(row_src[None], tgt_in).log_softmax(-1)[0]
+        return sum(lp[i, t].item() for i, t in enumerate(seq))
+
+    beam = beam_search(model, src, beam_size=5, max_len=8, length_penalty=0.0)
+    for i in range(3):
+        g = [t for t in greedy[i].tolist() if t != PAD]
+        b = [t for t in beam[i].tolist() if t != PAD]
+        if g and g[-1] == EOS and b and b[-1] == EOS:
+            assert logprob(src[i], b) >= logprob(src[i], g) - 1e-4
+
+
+def test_sampling_top1_is_greedy_and_generator_makes_it_reproducible():
+    model = _model()
+    src = _src()
+    assert torch.equal(sample_decode(model, src, max_len=8, top_k=1), greedy_decode(model, src, max_len=8))
+    s1 = sample_decode(model, src, max_len=8, temperature=1.5, top_k=5, generator=torch.Generator().manual_seed(3))
+    s2 = sample_decode(model, src, max_len=8, temperature=1.5, top_k=5, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(s1, s2)
+    with pytest.raises(ValueError, match="temperature"):
+        sample_decode(model, src, temperature=0)
+    with pytest.raises(ValueError, match="top_k"):
+        sample_decode(model, src, top_k=0)
+
+
+def test_decoding_restores_training_mode_and_validates():
+    model = _model().train()
+    greedy_decode(model, _src(), max_len=3)
+    assert model.training
+    with pytest.raises(ValueError, match="src"):
+        greedy_decode(model, torch.zeros(3, dtype=torch.long))
+    with pytest.raises(TypeError, match="src"):
+        greedy_decode(model, [[4, 5]])
+    with pytest.raises(ValueError, match="max_len"):
+        greedy_decode(model, _src(), max_len=0)
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, _src(), beam_size=0)
+
+
+def test_translate_strings():
+    src_v = Vocab([f"w{i}" for i in range(16)])
+    tgt_v = Vocab([f"e{i}" for i in range(19)])
+    model = _model()
+    one = translate(model, "w1 w2 w3", src_v, tgt_v, max_len=5)
+    assert isinstance(one, str)
+    many = translate(model, ["w1 w2 w3", "w4"], src_v, tgt_v, method="beam", beam_size=3, max_len=5)
+    assert isinstance(many, list) and len(many) == 2
+    with pytest.raises(ValueError, match="method"):
+        translate(model, "w1", src_v, tgt_v, method="topp")

@@ -1,0 +1,295 @@
+"""解码（decoding）：用训练好的模型逐词生成译文。
+
+三种策略，都支持 K/V 缓存（KV cache，见 :mod:`tformer_lib.kv_cache`）：
+
+* 贪心解码（greedy decoding）：每步取概率最大的词，批量进行，遇到 EOS 的句子停下；
+* 束搜索（beam search）：每步保留得分最高的 ``beam_size`` 个候选，用长度惩罚（length penalty）
+  比较长短不同的候选；
+* 采样（sampling）：按 softmax 概率抽词，可用温度（temperature）与 top-k 调节随机性。
+
+有缓存时每步只把「新生成的一个词」送进解码器，已生成位置的 K、V 从缓存里取；
+没有缓存时每步把整个前缀重新算一遍。两者的 logits 逐步相同（测试保证），只是快慢不同。
+
+返回格式统一：``(B, L)`` 的 LongTensor，不含 BOS；生成了 EOS 的行在 EOS 之后全是 PAD。
+用 :func:`ids_to_lists` 或 ``Vocab.decode`` 把它变回词元。
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from .masks import padding_mask
+from .specials import BOS, EOS, PAD
+
+__all__ = [
+    "greedy_decode",
+    "beam_search",
+    "sample_decode",
+    "ids_to_lists",
+    "translate",
+    "decoder_step_logits",
+]
+
+
+@contextmanager
+def _eval_mode(model: nn.Module):
+    """解码时关掉 dropout，结束后恢复原来的 train/eval 状态。"""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _check_src(src: torch.Tensor) -> None:
+    if not isinstance(src, torch.Tensor):
+        raise TypeError(f"src 应是 (B, S) 的 LongTensor，收到 {type(src).__name__}")
+    if src.dim() != 2 or src.shape[1] == 0:
+        raise ValueError(f"src 应是形状 (B, S) 且 S ≥ 1 的张量，收到形状 {tuple(src.shape)}")
+
+
+def _default_max_len(src: torch.Tensor, max_len: int | None) -> int:
+    if max_len is None:
+        return src.shape[1] + 10
+    if not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len 应为正整数，收到 {max_len!r}")
+    return max_len
+
+
+def decoder_step_logits(
+    model: nn.Module,
+    memory: torch.Tensor,
+    src_mask: torch.Tensor,
+    prefix: torch.Tensor,
+    cache=None,
+) -> torch.Tensor:
+    """下一个词的 logits ``(B, V)``。
+
+    有缓存：``prefix`` 只需是最新的一个词 ``(B, 1)``；无缓存：``prefix`` 是完整前缀 ``(B, t)``（含 BOS）。
+    """
+    hidden = model.decode(memory, prefix, src_mask, cache=cache)  # (B, T_new, d_model)
+    return model.generator(hidden[:, -1:])[:, -1]  # (B, 1, V) → (B, V)
+
+
+def _finish(out: torch.Tensor, eos: int, pad_id: int) -> torch.Tensor:
+    """把每行第一个 EOS 之后的位置全部置为 PAD。"""
+    is_eos = (out == eos).int()  # (B, L)
+    after = (is_eos.cumsum(dim=1) - is_eos) > 0  # (B, L) 位于第一个 EOS 之后
+    return out.masked_fill(after, pad_id)
+
+
+def _generate(model, src, max_len, pick, use_cache, stop_at_eos, bos, eos) -> torch.Tensor:
+    _check_src(src)
+    max_len = _default_max_len(src, max_len)
+    pad_id = model.config.pad_id
+    with _eval_mode(model), torch.no_grad():
+        src_mask = padding_mask(src, pad_id)  # (B, 1, 1, S)
+        memory = model.encode(src, src_mask)  # (B, S, d_model)
+        B = src.shape[0]
+        ys = torch.full((B, 1), bos, dtype=torch.long, device=src.device)  # (B, 1)，以 BOS 开头
+        cache = model.new_cache() if use_cache else None
+        done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        for _ in range(max_len):
+            step_in = ys[:, -1:] if use_cache else ys  # 有缓存只送最新一个词
+            logits = decoder_step_logits(model, memory, src_mask, step_in, cache)  # (B, V)
+            next_tok = pick(logits)  # (B,)
+            next_tok = next_tok.masked_fill(done, pad_id)  # 已结束的句子只补 PAD
+            ys = torch.cat([ys, next_tok[:, None]], dim=1)  # (B, t+1)
+            done |= next_tok == eos
+            if stop_at_eos and bool(done.all()):
+                break
+        out = ys[:, 1:]  # (B, L) 去掉 BOS
+        return _finish(out, eos, pad_id) if stop_at_eos else out
+
+
+def greedy_decode(
+    model: nn.Module,
+    src: torch.Tensor,
+    max_len: int | None = None,
+    use_cache: bool = True,
+    stop_at_eos: bool = True,
+    bos: int = BOS,
+    eos: int = EOS,
+) -> torch.Tensor:
+    """批量贪心解码：``src`` ``(B, S)`` → 生成的 id ``(B, L)``，L ≤ ``max_len``（默认 S + 10）。
+
+    ``stop_at_eos=False`` 时总是生成满 ``max_len`` 个词（基准测试用）。
+    """
+    return _generate(model, src, max_len, lambda logits: logits.argmax(dim=-1), use_cache, stop_at_eos, bos, eos)
+
+
+def sample_decode(
+    model: nn.Module,
+    src: torch.Tensor,
+    max_len: int | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+    bos: int = BOS,
+    eos: int = EOS,
+) -> torch.Tensor:
+    """按概率采样：``softmax(logits / temperature)``，可只在概率最高的 ``top_k`` 个词里抽。
+
+    温度 < 1 让分布更尖（更保守），> 1 更平（更多样）；``top_k=1`` 等价于贪心。
+    传入 ``generator``（``torch.Generator().manual_seed(…)``）可复现。
+    """
+    if not (isinstance(temperature, (int, float)) and temperature > 0):
+        raise ValueError(f"temperature 应为正数，收到 {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k 应为正整数或 None，收到 {top_k!r}")
+
+    def pick(logits: torch.Tensor) -> torch.Tensor:
+        logits = logits / temperature  # (B, V)
+        if top_k is not None and top_k < logits.shape[-1]:
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1) 第 k 大的分数
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = logits.softmax(dim=-1)  # (B, V)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+
+    return _generate(model, src, max_len, pick, use_cache, True, bos, eos)
+
+
+def _length_penalty(length: int, alpha: float) -> float:
+    """GNMT 的长度惩罚 ``((5 + |y|) / 6)^α``；α = 0 时不惩罚（偏爱短句）。"""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _beam_one(model, src_row, max_len, beam_size, alpha, bos, eos) -> list[int]:
+    pad_id = model.config.pad_id
+    src = src_row[None]  # (1, S)
+    src_mask = padding_mask(src, pad_id)  # (1, 1, 1, S)
+    memory = model.encode(src, src_mask)  # (1, S, d_model)
+    cache = model.new_cache()
+    seqs = [[bos]]  # 存活的候选（含 BOS）
+    scores = torch.zeros(1, device=src.device)  # (n,) 累计 log 概率
+    finished: list[tuple[float, list[int]]] = []
+    for _ in range(max_len):
+        n = len(seqs)
+        last = torch.tensor([[s[-1]] for s in seqs], device=src.device)  # (n, 1)
+        # 第一步之后交叉注意力的 K/V 已在缓存里（批次维已随 reorder 扩成 n），memory 只在第一步被读取
+        logits = decoder_step_logits(model, memory, src_mask, last, cache)  # (n, V)
+        cand = scores[:, None] + logits.log_softmax(dim=-1)  # (n, V) 每个候选续写每个词后的总分
+        V = cand.shape[1]
+        top_scores, top_idx = cand.view(-1).topk(min(2 * beam_size, n * V))  # 展平 (n·V,) 后取前 2k
+        keep_rows, keep_seqs, keep_scores = [], [], []
+        for score, idx in zip(top_scores.tolist(), top_idx.tolist()):
+            row, tok = divmod(idx, V)
+            if tok == eos:
+                seq = seqs[row][1:] + [eos]
+                finished.append((score / _length_penalty(len(seq), alpha), seq))
+            else:
+                keep_rows.append(row)
+                keep_seqs.append(seqs[row] + [tok])
+                keep_scores.append(score)
+            if len(keep_seqs) == beam_size:
+                break
+        if len(finished) >= beam_size or not keep_seqs:
+            break
+        cache.reorder(torch.tensor(keep_rows, device=src.device))  # 缓存跟着存活的候选重排
+        seqs, scores = keep_seqs, torch.tensor(keep_scores, device=src.device)
+    if not finished:  # 到 max_len 仍没有候选结束：取存活候选里最好的
+        finished = [(s / _length_penalty(len(q) - 1, alpha), q[1:]) for s, q in zip(scores.tolist(), seqs)]
+    return max(finished, key=lambda t: t[0])[1]
+
+
+def beam_search(
+    model: nn.Module,
+    src: torch.Tensor,
+    beam_size: int = 4,
+    max_len: int | None = None,
+    length_penalty: float = 0.6,
+    bos: int = BOS,
+    eos: int = EOS,
+) -> torch.Tensor:
+    """束搜索：对 ``src`` 的每一句分别搜索（一句内的 ``beam_size`` 个候选成批计算，共用 K/V 缓存）。
+
+    候选的最终得分 = 总 log 概率 / ``((5 + 长度) / 6) ** length_penalty``（GNMT）。
+    收集到 ``beam_size`` 个以 EOS 结束的候选即停止。返回 ``(B, L)``，格式同 :func:`greedy_decode`。
+    ``beam_size=1`` 时与贪心解码结果相同。
+    """
+    _check_src(src)
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size 应为正整数，收到 {beam_size!r}")
+    if not (isinstance(length_penalty, (int, float)) and length_penalty >= 0):
+        raise ValueError(f"length_penalty 应为 ≥0 的数，收到 {length_penalty!r}")
+    max_len = _default_max_len(src, max_len)
+    pad_id = model.config.pad_id
+    with _eval_mode(model), torch.no_grad():
+        results = [_beam_one(model, row, max_len, beam_size, float(length_penalty), bos, eos) for row in src]
+    L = max(1, max(len(r) for r in results))
+    out = torch.full((len(results), L), pad_id, dtype=torch.long, device=src.device)  # (B, L)
+    for i, r in enumerate(results):
+        if r:
+            out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def ids_to_lists(ids: torch.Tensor, eos: int = EOS, pad_id: int = PAD) -> list[list[int]]:
+    """``(B, L)`` 解码结果 → 每句一个 id 列表（截到 EOS 为止，不含 EOS 与 PAD）。"""
+    out = []
+    for row in ids.tolist():
+        seq = []
+        for t in row:
+            if t == eos:
+                break
+            if t != pad_id:
+                seq.append(t)
+        out.append(seq)
+    return out
+
+
+def translate(
+    model: nn.Module,
+    sentences: str | Sequence[str],
+    src_vocab,
+    tgt_vocab,
+    method: str = "greedy",
+    beam_size: int = 4,
+    max_len: int | None = None,
+    length_penalty: float = 0.6,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    batch_size: int = 256,
+    tokenize=None,
+) -> str | list[str]:
+    """把中文句子翻成英文字符串：``translate(model, "狗 咬 人", src_vocab, tgt_vocab)``。
+
+    ``sentences`` 可以是一句（返回一句）或一个列表（返回列表）；``method`` 为
+    ``"greedy"`` / ``"beam"`` / ``"sample"``。``tokenize`` 默认是玩具语料的中文分词
+    （有空格按空格切，没有空格按词典最长匹配）。
+    """
+    if method not in ("greedy", "beam", "sample"):
+        raise ValueError(f"method 应为 'greedy'、'beam' 或 'sample'，收到 {method!r}")
+    single = isinstance(sentences, str)
+    items = [sentences] if single else list(sentences)
+    if tokenize is None:
+        from .data.toy_zh_en import tokenize_zh as tokenize
+    encoded = []
+    for s in items:
+        toks = tokenize(s)
+        if not toks:
+            raise ValueError(f"sentences 中有空句子：{s!r}")
+        encoded.append(src_vocab.encode(toks))
+    results: list[str] = []
+    device = next(model.parameters()).device
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start : start + batch_size]
+        S = max(len(x) for x in chunk)
+        src = torch.full((len(chunk), S), model.config.pad_id, dtype=torch.long, device=device)  # (B, S)
+        for i, x in enumerate(chunk):
+            src[i, : len(x)] = torch.tensor(x, dtype=torch.long)
+        if method == "greedy":
+            out = greedy_decode(model, src, max_len)
+        elif method == "beam":
+            out = beam_search(model, src, beam_size, max_len, length_penalty)
+        else:
+            out = sample_decode(model, src, max_len, temperature, top_k, generator)
+        results += [" ".join(tgt_vocab.decode(seq)) for seq in ids_to_lists(out)]
+    return results[0] if single else results
