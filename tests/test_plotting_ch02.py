@@ -1,0 +1,50 @@
+"""第 2 章的距离曲线：每个 d_model 一条线、数值与库的位置编码一致、与起点无关、坏输入报清楚的错。"""
+
+import warnings
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from tformer_lib import sinusoidal_positional_encoding
+from tformer_lib.plotting.ch02 import plot_position_distance
+
+
+def test_one_curve_per_d_model_matching_the_library():
+    fig = plot_position_distance(max_offset=50, d_models=(16, 128))
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    curves = [line for line in ax.get_lines() if len(line.get_xdata()) == 51]
+    assert len(curves) == 2
+    pe = sinusoidal_positional_encoding(51, 128).double().numpy()
+    np.testing.assert_allclose(curves[1].get_ydata(), np.linalg.norm(pe - pe[0], axis=1), atol=1e-6)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["d_model=16", "d_model=128"]
+
+
+def test_distance_does_not_depend_on_start():
+    a = plot_position_distance(max_offset=40, d_models=(32,), start=0).axes[0].get_lines()[0].get_ydata()
+    b = plot_position_distance(max_offset=40, d_models=(32,), start=123).axes[0].get_lines()[0].get_ydata()
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_draws_into_given_axes_without_missing_glyphs():
+    outer = Figure()
+    ax = outer.add_subplot()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # “Glyph missing” 警告会变成错误
+        assert plot_position_distance(max_offset=10, ax=ax) is outer
+        outer.canvas.draw()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"max_offset": 0}, ValueError),
+        ({"d_models": ()}, ValueError),
+        ({"d_models": (8.5,)}, TypeError),
+        ({"start": -1}, ValueError),
+    ],
+)
+def test_bad_input(kwargs, error):
+    with pytest.raises(error):
+        plot_position_distance(**kwargs)
