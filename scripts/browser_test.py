@@ -15,7 +15,8 @@
 
 * 页面加载，控制台没有错误、没有未捕获的异常、没有失败或 4xx/5xx 的请求，也没有请求外部网址；
 * 公式已由 MathJax 排版：有 ``mjx-container``，且正文（不含代码块）里不再残留 ``$$``、``\\(``、``\\[``；
-* 每个 ``<img>`` 都加载成功（``naturalWidth > 0``）；
+* 每个 ``<img>``（包括小部件里的图）都加载成功（``naturalWidth > 0``）；
+* 章节页有 Colab、Binder 启动按钮，且“下载 .ipynb”链接确实能取到笔记本；
 * 章节页（笔记本）至少有一个折叠的参考答案（``hide-cell``），点击后确实展开且内容可见；
 * 带小部件状态的页面确实渲染出了小部件；
 
@@ -176,8 +177,10 @@ class Checker:
                 self.fail(doc, f"页面打不开（HTTP {resp.status if resp else '无响应'}）")
                 return
             self._check_math(page, doc)
+            self._check_widgets(page, doc)  # 先等小部件渲染完，它们里面的图也要参加下面的检查
             self._check_images(page, doc)
-            self._check_widgets(page, doc)
+            if is_chapter:
+                self._check_launch_and_download(page, doc)
             if is_chapter:
                 self._check_hidden_solution(page, doc)
             page.wait_for_timeout(300)  # 让迟到的控制台消息也被收集
@@ -238,6 +241,19 @@ class Checker:
             self.fail(doc, f"有 {views} 个小部件视图，但没有一个被渲染出来（html-manager 没有加载？）")
             return
         self.notes.append(f"{doc}: {views} 个小部件视图已渲染")
+
+    def _check_launch_and_download(self, page, doc: str) -> None:
+        hrefs = page.evaluate("() => Array.from(document.querySelectorAll('a[href]')).map(a => a.href)")
+        for needle, what in (("colab.research.google.com", "Colab 启动按钮"), ("mybinder.org", "Binder 启动按钮")):
+            if not any(needle in h for h in hrefs):
+                self.fail(doc, f"没有{what}")
+        downloads = [h for h in hrefs if "/_sources/" in h and h.endswith(".ipynb")]
+        if not downloads:
+            self.fail(doc, "没有下载 .ipynb 的按钮")
+            return
+        resp = page.request.get(downloads[0])
+        if resp.status != 200 or b'"cells"' not in resp.body():
+            self.fail(doc, f"下载的笔记本打不开（HTTP {resp.status}）：{downloads[0]}")
 
     def _check_hidden_solution(self, page, doc: str) -> None:
         toggles = page.locator("div.tag_hide-cell details.hide")
