@@ -268,3 +268,36 @@ def test_history_accepts_the_trainer_history():
     many = {"loss": [1.0, 2.0], "a": [1, 2], "b": [1, 2], "c": [1, 2]}
     fig = P.plot_history(many)
     assert len(fig.axes) == 6 and sum(ax.get_visible() for ax in fig.axes) == 4  # 每行最多 3 幅
+
+
+def _tiny_model_attention():
+    from tformer_lib import TransformerConfig, make_model
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, d_ff=32,
+                            n_encoder_layers=2, n_decoder_layers=1, dropout=0.0)
+    model = make_model(cfg).eval()
+    with torch.no_grad():
+        model(torch.tensor([[5, 6, 7, 8]]), torch.tensor([[1, 9, 10]]))
+    return model.attention_weights()
+
+
+def test_model_attention_labels_follow_the_kind():
+    att = _tiny_model_attention()
+    src, tgt = "人工智能", ["<bos>", "Artificial", "Intelligence"]
+    fig = _render(P.plot_model_attention(att, src, tgt, kind="decoder_cross", head=1))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == tgt
+    assert [t.get_text() for t in ax.get_xticklabels()] == list(src)
+    np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), att["decoder_cross"][0][0, 1].numpy(), atol=1e-6)
+    assert ax.get_title().startswith("交叉注意力")
+    fig = P.plot_model_attention(att, src, tgt, kind="encoder_self", layer=1)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == list(src)
+    with pytest.raises(ValueError, match="kind"):
+        P.plot_model_attention(att, kind="cross")
+    with pytest.raises(ValueError, match="layer"):
+        P.plot_model_attention(att, kind="decoder_self", layer=1)
+    with pytest.raises(ValueError, match="fast_attention"):
+        P.plot_model_attention({**att, "decoder_cross": [None]})
+    with pytest.raises(TypeError, match="attention_weights"):
+        P.plot_model_attention([att["decoder_cross"]])

@@ -204,6 +204,40 @@ def attention_explorer(weights: Any, query_tokens: Sequence[Any] | str | None = 
     return Explorer(_plot, controls, title="注意力探索器")
 
 
+def model_attention_explorer(attention: Mapping[str, Any], src_tokens: Sequence[Any] | str | None = None,
+                             tgt_tokens: Sequence[Any] | str | None = None, *, kind: str = "decoder_cross",
+                             layer: int = 0, head: int = 0, batch: int = 0) -> Explorer:
+    """整个模型的注意力探索器：选注意力种类（编码器自注意力/解码器自注意力/交叉注意力）、层与头。
+
+    ``attention = model.attention_weights()``（在 ``fast_attention=False`` 的模型上做完一次完整前向之后），
+    画图用 :func:`~tformer_lib.plotting.plot_model_attention`。
+    """
+    from tformer_lib.plotting.attention import ATTENTION_KINDS, _as_layers, _model_layers, plot_model_attention
+
+    available = [k for k in ATTENTION_KINDS if isinstance(attention, dict) and attention.get(k)]
+    if kind not in available:
+        raise ValueError(f"kind={kind!r} 不可用；attention 里可用的有 {available}")
+    n_layers = {k: len(_model_layers(attention, k)) for k in available}
+    n_heads = _as_layers(_model_layers(attention, kind))[0].shape[1]
+    if not 0 <= layer < n_layers[kind] or not 0 <= head < n_heads:
+        raise ValueError(f"layer={layer}、head={head} 超出范围：{kind} 共 {n_layers[kind]} 层、每层 {n_heads} 个头")
+    c_kind = widgets.Dropdown(options=[(ATTENTION_KINDS[k][0], k) for k in available], value=kind, description="种类",
+                              style={"description_width": "initial"})
+    c_layer = _int_slider(layer, 0, n_layers[kind] - 1, "层")
+    c_head = _int_slider(head, 0, n_heads - 1, "头")
+
+    def _limit_layer(change):  # 编码器与解码器层数可能不同
+        c_layer.max = n_layers[change["new"]] - 1
+
+    c_kind.observe(_limit_layer, names="value")
+
+    def _plot(kind, layer, head):
+        return plot_model_attention(attention, src_tokens, tgt_tokens, kind=kind, layer=layer, head=head, batch=batch)
+
+    _plot.__name__ = "plot_model_attention"
+    return Explorer(_plot, {"kind": c_kind, "layer": c_layer, "head": c_head}, title="模型注意力探索器")
+
+
 def mask_explorer(lengths: Sequence[int] = (6, 4), *, max_len: int = 10, example: int = 1,
                   padding: bool = True, causal: bool = True) -> Explorer:
     """掩码探索器：两条序列的长度、看哪一条、是否启用填充/因果掩码（:func:`~tformer_lib.plotting.plot_masks`）。"""
@@ -253,6 +287,7 @@ __all__ = [
     "softmax_scaling_explorer",
     "softmax_temperature_explorer",
     "attention_explorer",
+    "model_attention_explorer",
     "mask_explorer",
     "lr_schedule_explorer",
 ]

@@ -4,7 +4,7 @@
 表达式时只显示一次。图里的中文用随书字体显示（:mod:`tformer_lib.plotting.fonts`），不依赖系统字体。
 """
 
-from tformer_lib.plotting.attention import plot_attention, plot_attention_grid
+from tformer_lib.plotting.attention import plot_attention, plot_attention_grid, plot_model_attention
 from tformer_lib.plotting.fonts import FONT_FAMILY, font_path, missing_glyphs, register_cjk_font
 from tformer_lib.plotting.heatmap import plot_heatmap
 from tformer_lib.plotting.masks import plot_mask, plot_masks
@@ -31,6 +31,7 @@ __all__ = [
     "plot_heatmap",
     "plot_attention",
     "plot_attention_grid",
+    "plot_model_attention",
     "plot_mask",
     "plot_masks",
     "plot_positional_encoding",

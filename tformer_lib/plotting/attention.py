@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -124,3 +124,51 @@ def plot_attention_grid(
     fig.colorbar(im, ax=axes, shrink=0.8, label="权重")
     fig.suptitle(title if title is not None else "各层各头的注意力权重")
     return fig
+
+
+#: ``model.attention_weights()`` 的三种注意力：(中文名, 查询用哪种词元, 键用哪种词元)
+ATTENTION_KINDS = {
+    "encoder_self": ("编码器自注意力", "src", "src"),
+    "decoder_self": ("解码器自注意力（带因果掩码）", "tgt", "tgt"),
+    "decoder_cross": ("交叉注意力（解码器看编码器）", "tgt", "src"),
+}
+
+
+def _model_layers(attention: Any, kind: str) -> list:
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(f"kind={kind!r} 应为 {list(ATTENTION_KINDS)} 之一")
+    if not isinstance(attention, dict) or kind not in attention:
+        raise TypeError("attention 应是 model.attention_weights() 返回的字典（含 encoder_self / decoder_self / decoder_cross）")
+    layers = list(attention[kind])
+    if not layers:
+        raise ValueError(f"attention[{kind!r}] 是空列表：模型没有这种注意力层")
+    if any(w is None for w in layers):
+        raise ValueError(f"attention[{kind!r}] 里有 None：快速路径（fast_attention=True）不保存权重；"
+                         "请用 fast_attention=False 的模型做一次完整的前向 model(src, tgt_in) 再取权重")
+    return layers
+
+
+def plot_model_attention(
+    attention: Mapping[str, Any],
+    src_tokens: Sequence[Any] | str | None = None,
+    tgt_tokens: Sequence[Any] | str | None = None,
+    *,
+    kind: str = "decoder_cross",
+    layer: int = 0,
+    head: int = 0,
+    batch: int = 0,
+    annotate: bool | None = None,
+    ax=None,
+):
+    """画整个模型里某一种注意力的某层某头：``attention = model.attention_weights()``（完整前向之后）。
+
+    ``kind``：``"encoder_self"``（行列都是源词元）、``"decoder_self"``（行列都是目标词元）或
+    ``"decoder_cross"``（行 = 目标词元，列 = 源词元）。标签按 kind 自动对应到 ``src_tokens``/``tgt_tokens``。
+    """
+    layers = _model_layers(attention, kind)
+    if not 0 <= layer < len(layers):
+        raise ValueError(f"layer={layer} 超出范围：{kind} 共 {len(layers)} 层")
+    name, q_kind, k_kind = ATTENTION_KINDS[kind]
+    tokens = {"src": src_tokens, "tgt": tgt_tokens}
+    return plot_attention(layers[layer], tokens[q_kind], tokens[k_kind], head=head, batch=batch, annotate=annotate,
+                          title=f"{name} · 第 {layer} 层 · 头 {head}", ax=ax)
