@@ -4,7 +4,8 @@
 就是正在运行的代码，两者不会走样（drift）。
 
 输出同时带两种表示：``text/html``（高亮，内联样式，不依赖任何 CSS 文件）与 ``text/plain``
-（纯源码），nbval 比较的是后者，输出稳定。
+（首行是文件路径，其后是纯源码）。两者都不含行号——行号随每次编辑漂移，nbval 会把它当成差异；
+只有代码本身变了，输出才会变。
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class SourceView:
     """一段源码及其出处；在笔记本里显示为高亮的 HTML，纯文本环境里就是源码本身。"""
 
     code: str
-    location: str  # 例如 "tformer_lib/attention.py，第 30–57 行"
+    location: str  # 所在文件，例如 "tformer_lib/attention.py"（不含行号：行号随每次编辑漂移，会让 nbval 误报）
     name: str
 
     def _repr_html_(self) -> str:
@@ -48,7 +49,7 @@ class SourceView:
         return str(self)
 
 
-def _location(obj: Any, first: int, n_lines: int) -> str:
+def _location(obj: Any) -> str:
     try:
         path = Path(inspect.getsourcefile(obj) or "")
     except TypeError:
@@ -58,8 +59,7 @@ def _location(obj: Any, first: int, n_lines: int) -> str:
         rel = "/".join(parts[len(parts) - 1 - parts[::-1].index("tformer_lib"):])
     else:
         rel = path.name
-    last = first + n_lines - 1
-    return f"{rel}，第 {first}–{last} 行" if n_lines > 1 else f"{rel}，第 {first} 行"
+    return rel
 
 
 def _drop_docstrings(code: str) -> str:
@@ -84,12 +84,11 @@ def source_view(obj: Any, *, docstring: bool = True) -> SourceView:
     """
     target = inspect.unwrap(obj) if callable(obj) else obj
     try:
-        lines, first = inspect.getsourcelines(target)
+        lines, _ = inspect.getsourcelines(target)
     except (TypeError, OSError) as exc:
         raise TypeError(f"无法取得 {obj!r} 的源码：show_source 需要 Python 写的函数、类、方法或模块（{exc}）") from exc
     code = textwrap.dedent("".join(lines))
-    first = max(first, 1)
-    location = _location(target, first, len(lines))
+    location = _location(target)
     if not docstring:
         code = _drop_docstrings(code)
     name = getattr(target, "__qualname__", getattr(target, "__name__", type(target).__name__))
