@@ -81,8 +81,8 @@ class Explorer(widgets.VBox):
         """重画：成功则整体替换 Image 的 PNG；参数不合法则保留旧图并在状态行写出原因。"""
         try:
             png = figure_to_png(self.figure(), self.dpi)
-        except (ValueError, TypeError) as exc:
-            self.status.value = f'<span style="color:#b00">⚠ {html.escape(str(exc))}</span>'
+        except Exception as exc:  # 回调里抛出的异常读者看不到（只进内核日志），所以写在状态行里
+            self.status.value = f'<span style="color:#b00">⚠ {html.escape(type(exc).__name__)}：{html.escape(str(exc))}</span>'
             return
         self.image.value = png
         self.status.value = ""
