@@ -117,7 +117,7 @@ def execute_one(path: Path, timeout: int, kernel_name: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="要执行的笔记本（默认：notebooks/*.ipynb 全部）")
+                        help="要执行的笔记本（默认：notebooks/*.ipynb 全部，_ 开头的草稿除外）")
     parser.add_argument("--timeout", type=int, default=300, help="每个单元的超时秒数（默认 300）")
     parser.add_argument("--kernel", default="python3", help="内核名（默认 python3）")
     args = parser.parse_args(argv)
@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
 
     patch_zmq_polling()
 
-    paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    # 默认：notebooks/ 下全部笔记本，以下划线开头的草稿除外
+    paths = args.notebooks or sorted(p for p in (ROOT / "notebooks").glob("*.ipynb")
+                                     if not p.name.startswith("_"))
     if not paths:
         print("notebooks/ 里没有笔记本。", file=sys.stderr)
         return 1
