@@ -62,7 +62,8 @@ def plot_heatmap(
     if cols is not None:
         ax.set_xticks(range(n_cols), cols)
         if max((len(c) for c in cols), default=0) > 3:
-            ax.tick_params(axis="x", labelrotation=45)
+            for t in ax.get_xticklabels():  # 斜放的长标签右端对准刻度
+                t.set(rotation=45, ha="right", rotation_mode="anchor")
     if title:
         ax.set_title(title)
     if xlabel:

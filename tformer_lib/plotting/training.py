@@ -106,6 +106,9 @@ def plot_label_smoothing(
     a1.bar(x - 0.2, one_hot, 0.4, label="one-hot（ε = 0）", color="tab:gray")
     a1.bar(x + 0.2, dist[0], 0.4, label=f"平滑后（ε = {smoothing:g}）", color="tab:blue")
     a1.set_xticks(x, labels)
+    if max(len(t) for t in labels) * vocab_size > 36:  # 标签太挤时斜放
+        for t in a1.get_xticklabels():
+            t.set(rotation=45, ha="right", rotation_mode="anchor")
     a1.set_ylim(0, 1.1)
     a1.set_ylabel("目标概率")
     a1.set_xlabel("词表中的词元")
