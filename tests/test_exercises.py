@@ -12,6 +12,8 @@ from tformer_lib.exercises import (
     Variant,
     check_attention,
     check_causal_mask,
+    check_label_smoothing,
+    check_lr_schedule,
     check_merge_heads,
     check_padding_mask,
     check_positional_encoding,
@@ -33,7 +35,7 @@ def _stub(*args, **kwargs):
 
 
 ALL_CHECKERS = [check_softmax, check_attention, check_causal_mask, check_padding_mask, check_positional_encoding,
-                check_split_heads, check_merge_heads]
+                check_split_heads, check_merge_heads, check_lr_schedule, check_label_smoothing]
 
 
 @pytest.mark.parametrize("check", ALL_CHECKERS)
@@ -255,3 +257,54 @@ def test_merge_heads():
     assert r.mistake == "no_transpose"
     r = _quiet(check_merge_heads, lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1))
     assert r.mistake == "exception" and "contiguous" in r.hint
+
+
+# ---------------------------------------------------------------- LR schedule / label smoothing
+
+def _noam_ok(step, d_model, warmup):
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+@pytest.mark.parametrize("fn, key", [
+    (lambda s, d, w: d ** -0.5 * max(s ** -0.5, s * w ** -1.5), "max_instead_of_min"),
+    (lambda s, d, w: d ** -0.5 * min(s ** -0.5, s * w ** -0.5), "warmup_exponent"),
+    (lambda s, d, w: min(s ** -0.5, s * w ** -1.5), "no_d_model_factor"),
+    (lambda s, d, w: [0.001], "type"),
+])
+def test_lr_schedule_mistakes(fn, key):
+    from tformer_lib.exercises import check_lr_schedule
+    from tformer_lib.training.schedule import noam_rate
+
+    assert _quiet(check_lr_schedule, _noam_ok).passed
+    assert _quiet(check_lr_schedule, noam_rate).passed  # 库里的实现
+    r = _quiet(check_lr_schedule, fn)
+    assert r.status == "failed" and r.mistake == key, (r.mistake, r.hint)
+
+
+def _smooth(target, V, eps, *, true=None, other=None):
+    d = torch.full((len(target), V), eps / V if other is None else other(eps, V), dtype=torch.float64)
+    d[torch.arange(len(target)), target] = 1 - eps + eps / V if true is None else true(eps, V)
+    return d
+
+
+@pytest.mark.parametrize("fn, key", [
+    (lambda t, V, e: _smooth(t, V, e, true=lambda e, V: 1 - e, other=lambda e, V: e / (V - 1)), "spread_over_others"),
+    (lambda t, V, e: _smooth(t, V, e, true=lambda e, V: 1 - e), "rows_do_not_sum_to_one"),
+    (lambda t, V, e: _smooth(t, V, e, true=lambda e, V: e / V, other=lambda e, V: 1 - e + e / V), "swapped"),
+    (lambda t, V, e: _smooth(t, V, e).T, "shape"),
+])
+def test_label_smoothing_mistakes(fn, key):
+    import torch.nn.functional as F
+
+    from tformer_lib.exercises import check_label_smoothing
+    from tformer_lib.plotting import label_smoothing_targets
+
+    assert _quiet(check_label_smoothing, _smooth).passed
+    assert _quiet(check_label_smoothing, lambda t, V, e: torch.from_numpy(label_smoothing_targets(t.tolist(), V, e))).passed
+    # 约定与 F.cross_entropy(label_smoothing=ε) 一致
+    logits = torch.randn(3, 5, dtype=torch.float64)
+    t = torch.tensor([2, 0, 4])
+    assert torch.allclose(F.cross_entropy(logits, t, label_smoothing=0.1),
+                          -(_smooth(t, 5, 0.1) * logits.log_softmax(-1)).sum(-1).mean())
+    r = _quiet(check_label_smoothing, fn)
+    assert r.status == "failed" and r.mistake == key, (r.mistake, r.hint)

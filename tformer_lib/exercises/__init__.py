@@ -9,6 +9,8 @@ from tformer_lib.exercises._core import CheckResult, Mistake, Variant, compare, 
 from tformer_lib.exercises.checks import (
     check_attention,
     check_causal_mask,
+    check_label_smoothing,
+    check_lr_schedule,
     check_merge_heads,
     check_padding_mask,
     check_positional_encoding,

@@ -1,4 +1,4 @@
-"""经典练习的检查器：softmax、缩放点积注意力、因果掩码、填充掩码、位置编码、拆分/合并多头。
+"""经典练习的检查器：softmax、缩放点积注意力、因果掩码、填充掩码、位置编码、拆分/合并多头、学习率调度、标签平滑。
 
 每个检查器都认得几种典型错误，并用中文点名（例如“忘了除以 √d_k”“掩码极性反了”）。
 用法见 :mod:`tformer_lib.exercises._core`；所有检查器返回 :class:`~tformer_lib.exercises._core.CheckResult`。
@@ -32,6 +32,8 @@ __all__ = [
     "check_positional_encoding",
     "check_split_heads",
     "check_merge_heads",
+    "check_lr_schedule",
+    "check_label_smoothing",
 ]
 
 
@@ -361,3 +363,87 @@ def check_merge_heads(fn: Callable[[torch.Tensor], Any], *, verbose: bool = True
         ])
 
     return run_checks("合并多头", fn, [("(2, 2, 3, 4) 合并成 (2, 3, 8)", values)], verbose=verbose)
+
+
+# ------------------------------------------------------------------ training: learning-rate schedule, label smoothing
+
+def _noam(step: int, d_model: int, warmup: int, *, swap=False, warm_exp=-1.5, scale=True) -> float:
+    a, b = step ** -0.5, step * warmup ** warm_exp
+    core = max(a, b) if swap else min(a, b)
+    return (d_model ** -0.5 if scale else 1.0) * core
+
+
+def check_lr_schedule(fn: Callable[[int, int, int], Any], *, verbose: bool = True) -> CheckResult:
+    r"""检查 ``fn(step, d_model, warmup) -> float``：论文的学习率 :math:`d_{model}^{-0.5}\min(step^{-0.5}, step\cdot warmup^{-1.5})`。
+
+    只在 step ≥ 1 上检查（step 0 时 0^-0.5 无定义，库里把它当作 step 1）。
+    认得的错误：min 写成 max；预热段的指数不是 −1.5；漏了 d_model^−0.5；峰值不在 step = warmup。
+    """
+    cases = [(1, 512, 4000), (100, 512, 4000), (4000, 512, 4000), (20000, 512, 4000), (50, 64, 100), (400, 64, 100)]
+
+    def values(f):
+        got = []
+        for step, d_model, warmup in cases:
+            v = f(step, d_model, warmup)
+            try:
+                got.append(float(v))
+            except (TypeError, ValueError):
+                raise Mistake(f"应返回一个数（float），你返回的是 {type(v).__name__}", key="type") from None
+        got_t = torch.tensor(got, dtype=torch.float64)
+
+        def col(**kw):
+            return torch.tensor([_noam(*c, **kw) for c in cases], dtype=torch.float64)
+
+        compare(got_t, col(), what="各步的学习率", rtol=1e-6, atol=1e-12, variants=[
+            Variant("max_instead_of_min", "min 写成了 max：预热阶段 step·warmup^-1.5 更小、之后 step^-0.5 更小，"
+                    "取两者的较小值（min）才会先升后降", col(swap=True)),
+            Variant("warmup_exponent", "预热段的指数不对：应为 step · warmup^(-1.5)，这样两段在 step = warmup 处恰好相接",
+                    col(warm_exp=-0.5)),
+            Variant("no_d_model_factor", "漏了 d_model^(-0.5) 这个因子：模型越宽，学习率越小", col(scale=False)),
+        ])
+
+    def peak(f):
+        steps = list(range(1, 301))
+        vals = [float(f(s, 64, 100)) for s in steps]
+        best = steps[max(range(len(vals)), key=vals.__getitem__)]
+        if best != 100:
+            raise Mistake(f"学习率的峰值应在 step = warmup = 100，你的峰值在 step = {best}", key="peak")
+
+    return run_checks("学习率预热调度", fn, [("与论文公式一致", values), ("峰值在 step = warmup", peak)],
+                      verbose=verbose)
+
+
+def check_label_smoothing(fn: Callable[[torch.Tensor, int, float], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(target, vocab_size, smoothing) -> (N, V)``：标签平滑后的目标分布。
+
+    本书（与 ``F.cross_entropy(label_smoothing=ε)``、库里的 ``label_smoothing_loss`` 一致）的约定：
+    ε 平均分给全部 V 个类，正确类得 ``1 − ε + ε/V``，其余每类 ``ε/V``，每行和为 1。
+    认得的错误：只把 ε 分给其余 V−1 个类（另一种约定，与本书不同）；正确类只有 1−ε 而其余 ε/V（和不为 1）；
+    正确类与其余类弄反了；形状不对。
+    """
+    target = torch.tensor([2, 0, 4])
+    V, eps = 5, 0.1
+
+    def make(true_val, other_val):
+        d = torch.full((3, V), other_val, dtype=torch.float64)
+        d[torch.arange(3), target] = true_val
+        return d
+
+    def values(f):
+        out = f(target.clone(), V, eps)
+        compare(out, make(1 - eps + eps / V, eps / V), what="目标分布", variants=[
+            Variant("spread_over_others", "你把 ε 只分给了其余 V−1 个类（正确类 1−ε，其余 ε/(V−1)）——这是另一种常见约定；"
+                    "本书与 F.cross_entropy(label_smoothing=ε) 一致：ε 平均分给全部 V 个类，正确类得 1−ε+ε/V",
+                    make(1 - eps, eps / (V - 1))),
+            Variant("rows_do_not_sum_to_one", "每行加起来不等于 1：正确类应得 1−ε+ε/V（它自己也分到一份 ε/V），"
+                    "不是 1−ε", make(1 - eps, eps / V)),
+            Variant("swapped", "弄反了：正确类应得到大部分概率（1−ε+ε/V），其余类各得 ε/V",
+                    make(eps / V, 1 - eps + eps / V)),
+        ])
+
+    def zero_smoothing(f):
+        out = f(target.clone(), V, 0.0)
+        compare(out, make(1.0, 0.0), what="ε = 0 时的目标分布", default_hint="ε = 0 时应退化为 one-hot 分布")
+
+    return run_checks("标签平滑目标分布", fn, [("ε = 0.1、V = 5", values), ("ε = 0 退化为 one-hot", zero_smoothing)],
+                      verbose=verbose)
