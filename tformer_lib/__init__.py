@@ -61,6 +61,8 @@ _VIZ_LAZY = {
     "check_positional_encoding": "tformer_lib.exercises",
     "check_split_heads": "tformer_lib.exercises",
     "check_merge_heads": "tformer_lib.exercises",
+    "check_lr_schedule": "tformer_lib.exercises",
+    "check_label_smoothing": "tformer_lib.exercises",
     "show_source": "tformer_lib.source",
 }
 
