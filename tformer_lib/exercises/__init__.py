@@ -29,3 +29,6 @@ from tformer_lib.exercises.ch03 import check_attention_entropy, check_simple_sel
 
 # --- ch02 ---
 from tformer_lib.exercises.ch02 import check_order_blindness_test, check_shift_rotation, check_wavelength
+
+# --- ch08 ---
+from tformer_lib.exercises.ch08 import check_flash_step, check_kv_cache_bytes, check_online_softmax, check_qk_flops

@@ -221,8 +221,12 @@ def _rect(x, y, w, h, color):
 
 
 def plot_ratio_bars(labels: Sequence[str], ratios: Sequence[float], *, title: str | None = None,
-                    ylabel: str = "比值", baseline_label: str = "1 = 一样快", ax: Any = None):
-    """条形图画一组比值（如“我们的耗时 / PyTorch 的耗时”），并标出 1 的基准线；每根条上写两位小数。"""
+                    ylabel: str = "比值", baseline_label: str = "1 = 一样快", higher_is_better: bool = False,
+                    ax: Any = None):
+    """条形图画一组比值（如“我们的耗时 / PyTorch 的耗时”），并标出 1 的基准线；每根条上写两位小数。
+
+    条的颜色：好的一侧绿色、差的一侧红色；``higher_is_better=True`` 时大于 1 算好（如加速比）。
+    """
     r = to_numpy(ratios, "ratios", ndim=1)
     if len(labels) != r.size:
         raise ValueError(f"labels 有 {len(labels)} 个，ratios 有 {r.size} 个")
@@ -230,7 +234,7 @@ def plot_ratio_bars(labels: Sequence[str], ratios: Sequence[float], *, title: st
         fig, ax = new_figure((max(4.5, 1.1 * r.size + 2.5), 3.8))
     else:
         fig = ax.figure
-    colors = [_TILE_COLORS[2] if v < 1 else _TILE_COLORS[3] for v in r]
+    colors = [_TILE_COLORS[2] if (v > 1) == higher_is_better else _TILE_COLORS[3] for v in r]
     bars = ax.bar(range(r.size), r, color=colors, alpha=0.85)
     for b, v in zip(bars, r):
         ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2f}×", ha="center", va="bottom", fontsize=9)
