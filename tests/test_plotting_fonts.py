@@ -138,3 +138,24 @@ def test_setup_sets_printing_seed_and_font(monkeypatch):
         torch.set_num_threads(before)
         torch.set_printoptions(profile="default")
         np.set_printoptions(precision=8, suppress=False)
+
+
+def test_every_string_in_the_plotting_modules_can_be_drawn():
+    """图里的文字都来自 tformer_lib/plotting/*.py 的字符串常量（含各章的 chNN.py）：逐字检查字体能画出来。"""
+    import ast
+
+    import tformer_lib.plotting as plotting_pkg
+
+    root = Path(plotting_pkg.__file__).parent
+    bad = {}
+    for path in sorted(root.glob("*.py")):
+        if path.name == "_fontsubset.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # 文档字符串不进图
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                missing = missing_glyphs(node.value)
+                if missing:
+                    bad.setdefault(path.name, set()).update(missing)
+    assert not bad, f"这些字符图中画不出来（换成字体里有的字符，或扩充字体子集）：{bad}"
