@@ -130,6 +130,15 @@ def test_toy_anchor_examples(corpus):
     assert test["人 咬 狗"] == "the person bites the dog"
     assert train["人工智能 改变 世界"] == "artificial intelligence changes the world"
     assert train["人工智能"] == "artificial intelligence"
+    assert train["两 只 大 狗"] == "two big dogs" and train["狗"] == "the dog"
+
+
+def test_toy_train_holds_every_noun_phrase_alone():
+    from tformer_lib.data.toy_zh_en import all_noun_phrases, translate_np
+
+    phrases = [translate_np(np_) for np_ in all_noun_phrases()]
+    assert len(phrases) == len(set(phrases)) == 482
+    assert set(phrases) <= set(make_toy_corpus().train)
 
 
 def test_toy_grammar_phenomena(corpus):

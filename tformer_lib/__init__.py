@@ -93,3 +93,38 @@ from .costs import (
     saved_tensor_bytes,
 )
 from .flash import online_softmax, tiled_attention
+
+# --- data/training/decoding ---
+from .data import (
+    Batch,
+    ToyCorpus,
+    Vocab,
+    batch_iterator,
+    encode_pairs,
+    make_batch,
+    make_copy_task,
+    make_reverse_task,
+    make_synthetic_splits,
+    make_toy_corpus,
+    mirror_sentence,
+    synthetic_vocab,
+    tokenize_en,
+    tokenize_zh,
+)
+from .decoding import beam_search, greedy_decode, ids_to_lists, sample_decode, translate
+from .pretrained import cache_dir, load_or_train_toy_model, load_toy_data, toy_model_config
+from .training import (
+    CheckpointError,
+    History,
+    LabelSmoothingLoss,
+    Trainer,
+    TrainingDivergedError,
+    evaluate,
+    label_smoothing_loss,
+    load_checkpoint,
+    load_model,
+    make_optimizer,
+    make_scheduler,
+    noam_rate,
+    save_checkpoint,
+)

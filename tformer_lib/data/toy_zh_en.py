@@ -38,6 +38,8 @@ __all__ = [
     "tokenize_en",
     "detokenize",
     "mirror_sentence",
+    "all_noun_phrases",
+    "translate_np",
 ]
 
 # ---- 词典（lexicon）----------------------------------------------------------------------
@@ -163,6 +165,23 @@ def translate_spec(spec: Spec) -> tuple[str, str]:
     return " ".join(zh), " ".join(en)
 
 
+def all_noun_phrases() -> list[NP]:
+    """语法允许的全部名词短语（按固定顺序）：光杆名词、形容词 + 名词、数词 + 量词 (+ 形容词) + 名词。"""
+    out: list[NP] = []
+    for noun, (_, _, cl) in NOUNS.items():
+        out.append((noun, None, None))
+        if cl is None:
+            continue
+        out += [(noun, adj, None) for adj in ADJECTIVES]
+        out += [(noun, adj, num) for num in NUMBERS for adj in (None, *ADJECTIVES)]
+    return out
+
+
+def translate_np(np_: NP) -> tuple[str, str]:
+    """名词短语 → (中文, 英文)：``("狗", "大", "两")`` → ``("两 只 大 狗", "two big dogs")``。"""
+    return " ".join(_np_zh(np_)), " ".join(_np_en(np_))
+
+
 def mirror_spec(spec: Spec) -> Spec:
     """主宾互换：狗 咬 人 ↔ 人 咬 狗。"""
     time, negative, subj, verb, obj = spec
@@ -228,13 +247,15 @@ def make_toy_corpus(n_train: int = 6000, n_valid: int = 300, n_test: int = 500, 
     """生成玩具中→英语料。同样的参数永远得到同样的三个划分。
 
     * ``n_valid`` / ``n_test`` 句各是某个训练句的主宾互换镜像（镜像在训练集里）；
-    * 训练集另含每个名词单独成句的短语对（``人工智能`` → ``artificial intelligence``），帮助学词义；
+    * 训练集另含全部 482 个名词短语单独成句的短语对（``人工智能`` → ``artificial intelligence``，
+      ``两 只 大 狗`` → ``two big dogs``），让模型学会「短语说完就输出 EOS」，也帮助学词义；
     * 总句对数 = ``n_train + n_valid + n_test``，默认 6,800 对，全部互不相同。
     """
     for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} 应为 ≥0 的整数，收到 {value!r}")
-    n_phrases = len(NOUNS)
+    phrases = [translate_np(np_) for np_ in all_noun_phrases()]
+    n_phrases = len(phrases)
     if n_train < n_valid + n_test + len(_ANCHOR_SPECS) + n_phrases:
         raise ValueError(
             f"n_train={n_train} 太小：每个验证/测试句的镜像都要在训练集里，"
@@ -266,7 +287,6 @@ def make_toy_corpus(n_train: int = 6000, n_valid: int = 300, n_test: int = 500, 
         if spec not in seen:  # 镜像在不在训练集都行，但本句不能与验证/测试重合
             seen.add(spec)
             train.append(spec)
-    phrases = [(" ".join(_np_zh((n, None, None))), " ".join(_np_en((n, None, None)))) for n in NOUNS]
     train_pairs = [translate_spec(s) for s in train] + phrases
     rng.shuffle(train_pairs)
     return ToyCorpus(

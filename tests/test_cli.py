@@ -1,0 +1,63 @@
+"""命令行：帮助、训练→翻译→评估、以及检查点缺失/损坏与未知任务的清楚报错（用子进程真实运行）。"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args, stdin=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "tformer_lib", "--threads", "1", *args], capture_output=True,
+                          text=True, input=stdin, cwd=ROOT, env=env, timeout=300)
+
+
+def test_help_lists_commands():
+    r = run("--help")
+    assert r.returncode == 0
+    for cmd in ("train", "translate", "evaluate"):
+        assert cmd in r.stdout
+    r = run("train", "--help")
+    assert r.returncode == 0 and "--task" in r.stdout and "toy_zh_en" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "toy.pt"
+    r = run("train", "--task", "toy_zh_en", "--epochs", "2", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "saved" in r.stdout and out.exists()
+    assert r.stderr == ""  # 不是终端：没有进度条
+    return out
+
+
+def test_translate_from_checkpoint(checkpoint):
+    r = run("translate", "--checkpoint", str(checkpoint), "狗 咬 人", "人工智能改变世界")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines == ["the dog bites the person", "artificial intelligence changes the world"]
+    r = run("translate", "--checkpoint", str(checkpoint), "--method", "beam", stdin="人 咬 狗\n")
+    assert r.returncode == 0 and r.stdout.strip() == "the person bites the dog"
+
+
+def test_evaluate_from_checkpoint(checkpoint):
+    r = run("evaluate", "--checkpoint", str(checkpoint), "--split", "valid")
+    assert r.returncode == 0, r.stderr
+    assert "exact_match:" in r.stdout and "bleu:" in r.stdout
+
+
+def test_missing_and_corrupt_checkpoint_and_unknown_task(tmp_path):
+    r = run("translate", "--checkpoint", str(tmp_path / "nope.pt"), "狗 咬 人")
+    assert r.returncode == 1 and "找不到检查点" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"\x00garbage")
+    r = run("evaluate", "--checkpoint", str(bad))
+    assert r.returncode == 1 and "损坏" in r.stderr and "Traceback" not in r.stderr
+    r = run("train", "--task", "sorting", "--out", str(tmp_path / "x.pt"))
+    assert r.returncode == 2 and "sorting" in r.stderr
+    r = run("train", "--task", "copy", "--epochs", "0", "--out", str(tmp_path / "x.pt"))
+    assert r.returncode == 1 and "--epochs" in r.stderr

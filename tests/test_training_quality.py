@@ -1,0 +1,90 @@
+"""质量门槛（quality bars）：复制任务 100%、玩具中→英 ≥95%、去掉位置编码的消融明显失败。
+
+训练规模按 CI 调小（单线程共约一分钟）；完整数字见 benchmarks/。
+"""
+
+import time
+
+import pytest
+import torch
+
+from tformer_lib.cli import COPY_SETUP, build_synthetic
+from tformer_lib.decoding import beam_search, translate
+from tformer_lib.pretrained import cache_dir, load_or_train_toy_model, load_toy_data
+from tformer_lib.training import Trainer, evaluate
+
+TOY_TEST_EPOCHS = 4
+
+
+def test_copy_task_reaches_100_percent_on_200_held_out_sequences():
+    model, vocab, train, test = build_synthetic("copy", seed=0)
+    assert len(test) == 200
+    s = COPY_SETUP
+    Trainer(model, train, None, batch_size=s["batch_size"], warmup=s["warmup"], lr_factor=s["lr_factor"],
+            label_smoothing=s["label_smoothing"], seed=0).fit(s["epochs"])
+    assert evaluate(model, test, vocab)["exact_match"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cache")
+    model, sv, tv, hist = load_or_train_toy_model(epochs=TOY_TEST_EPOCHS, directory=d)
+    return d, model, sv, tv, hist
+
+
+def test_toy_translation_reaches_95_percent_on_order_swapped_test_split(toy):
+    _, model, sv, tv, hist = toy
+    data = load_toy_data()
+    metrics = evaluate(model, data["test"], tv)
+    assert metrics["exact_match"] >= 0.95, metrics
+    assert hist.last["valid_exact_match"] >= 0.95
+    assert translate(model, "狗 咬 人", sv, tv) == "the dog bites the person"
+    assert translate(model, "人 咬 狗", sv, tv) == "the person bites the dog"  # 只在测试集里
+    assert translate(model, "人工智能改变世界", sv, tv) == "artificial intelligence changes the world"
+    # 种子文章第 5 章的例子：短语说完就停（输出 EOS）
+    assert translate(model, ["人工智能", "狗", "三 只 小 猫"], sv, tv) == [
+        "artificial intelligence", "the dog", "three small cats"]
+
+
+def test_toy_beam_is_at_least_greedy_on_test_split(toy):
+    _, model, _, tv, _ = toy
+    test = load_toy_data()["test"][:200]
+    greedy = evaluate(model, test, tv)["exact_match"]
+    beam = evaluate(model, test, tv, decode_fn=lambda m, src: beam_search(m, src, beam_size=4))["exact_match"]
+    assert beam >= greedy
+
+
+def test_toy_model_is_cached_and_loads_fast(toy):
+    d, model, sv, tv, hist = toy
+    start = time.perf_counter()
+    again, sv2, tv2, hist2 = load_or_train_toy_model(epochs=TOY_TEST_EPOCHS, directory=d)
+    assert time.perf_counter() - start < 10
+    assert sv2 == sv and tv2 == tv and hist2.to_dict() == hist.to_dict()
+    for a, b in zip(model.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(a, b)
+    assert not again.training
+
+
+def test_corrupt_cache_is_retrained_with_a_warning(tmp_path):
+    model, *_ = load_or_train_toy_model(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)
+    (path,) = tmp_path.glob("*.pt")
+    path.write_bytes(b"garbage")
+    with pytest.warns(UserWarning, match="无法读取"):
+        load_or_train_toy_model(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)
+
+
+def test_ablation_without_positional_encoding_fails_order_swapped_pairs(toy, tmp_path):
+    _, model, _, tv, _ = toy
+    test = load_toy_data()["test"]
+    with_pe = evaluate(model, test, tv)["exact_match"]
+    ablated, *_ = load_or_train_toy_model("none", epochs=TOY_TEST_EPOCHS, directory=tmp_path)
+    without_pe = evaluate(ablated, test, tv)["exact_match"]
+    assert without_pe < 0.6 and without_pe <= with_pe - 0.3, (with_pe, without_pe)
+
+
+def test_cache_dir_env_override(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFORMER_CACHE", str(tmp_path / "c"))
+    assert cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("TFORMER_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache_dir() == tmp_path / "x" / "tformer"

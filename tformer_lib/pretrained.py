@@ -1,0 +1,151 @@
+"""书中用的玩具中→英模型：「有缓存就读，没有就训练并缓存」（load or train）。
+
+第 5–8 章都要一个训练好的小模型。第一次调用 :func:`load_or_train_toy_model` 会在 CPU 上
+训练它（单线程约半分钟），并把检查点存到用户缓存目录；之后的调用几秒内读回同一个模型。
+
+缓存目录：环境变量 ``TFORMER_CACHE`` 指定的目录；否则 ``$XDG_CACHE_HOME/tformer``；
+否则 ``~/.cache/tformer``。文件名包含配置与训练设置的指纹，改了任何一项都会重新训练。
+
+注意：本函数不改变 ``torch`` 的线程数（那是调用者的决定）；不同线程数下浮点累加顺序可能不同，
+重新训练出的权重在末几位上可能略有差异。
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from pathlib import Path
+
+
+from .config import TransformerConfig
+from .data.batching import encode_pairs
+from .data.toy_zh_en import ToyCorpus, make_toy_corpus
+from .data.vocab import Vocab
+from .model import Transformer, make_model
+from .seed import set_seed
+from .training.checkpoint import CheckpointError, load_model, save_checkpoint
+from .training.trainer import History, Trainer
+
+__all__ = ["cache_dir", "toy_model_config", "load_toy_data", "load_or_train_toy_model", "TOY_TRAINING"]
+
+#: 玩具模型的训练设置（改动任一项都会使缓存失效）
+TOY_TRAINING = {
+    "epochs": 8,
+    "batch_size": 64,
+    "warmup": 200,
+    "lr_factor": 1.0,
+    "label_smoothing": 0.1,
+    "clip_grad_norm": 1.0,
+    "corpus_seed": 0,
+}
+_CACHE_VERSION = 2  # 2：训练集加入全部名词短语（短语说完要输出 EOS）
+
+
+def cache_dir() -> Path:
+    """缓存目录：``TFORMER_CACHE`` > ``$XDG_CACHE_HOME/tformer`` > ``~/.cache/tformer``。"""
+    env = os.environ.get("TFORMER_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "tformer"
+
+
+def toy_model_config(src_vocab_size: int, tgt_vocab_size: int, positional: str = "sinusoidal", **overrides) -> TransformerConfig:
+    """玩具模型的配置：d_model=64、4 个头、d_ff=128、编码器/解码器各 2 层、dropout 0.1（约 18 万参数）。"""
+    kwargs = dict(
+        d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2,
+        dropout=0.1, max_len=64, positional=positional,
+    )
+    kwargs.update(overrides)
+    return TransformerConfig(src_vocab_size, tgt_vocab_size, **kwargs)
+
+
+def load_toy_data(seed: int = 0) -> dict:
+    """玩具语料、由训练集建立的词表，以及编码成 id 的三个划分。
+
+    返回 ``{"corpus", "src_vocab", "tgt_vocab", "train", "valid", "test"}``，
+    其中 ``train/valid/test`` 是 id 句子对（不含 BOS/EOS），可直接交给 :class:`~tformer_lib.training.Trainer`。
+    """
+    corpus: ToyCorpus = make_toy_corpus(seed=seed)
+    src_vocab = Vocab.build([z.split() for z, _ in corpus.train])
+    tgt_vocab = Vocab.build([e.split() for _, e in corpus.train])
+    return {
+        "corpus": corpus,
+        "src_vocab": src_vocab,
+        "tgt_vocab": tgt_vocab,
+        **{name: encode_pairs(corpus.split(name), src_vocab, tgt_vocab) for name in ("train", "valid", "test")},
+    }
+
+
+def _fingerprint(config: TransformerConfig, training: dict, seed: int, corpus: ToyCorpus) -> str:
+    """配置、训练设置、种子与语料内容的指纹：任何一项变了，缓存文件名就变。"""
+    corpus_hash = hashlib.sha256(
+        json.dumps([corpus.train, corpus.valid, corpus.test], ensure_ascii=False).encode()
+    ).hexdigest()
+    blob = json.dumps({"config": config.to_dict(), "training": training, "seed": seed, "v": _CACHE_VERSION,
+                       "corpus": corpus_hash}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def load_or_train_toy_model(
+    positional: str = "sinusoidal",
+    *,
+    epochs: int | None = None,
+    seed: int = 0,
+    cache: bool = True,
+    retrain: bool = False,
+    directory: str | os.PathLike | None = None,
+    progress: bool | None = False,
+    verbose: bool = False,
+    **config_overrides,
+) -> tuple[Transformer, Vocab, Vocab, History]:
+    """返回 ``(model, src_vocab, tgt_vocab, history)``：书中的玩具中→英模型（eval 模式）。
+
+    参数
+    ----
+    positional: ``"sinusoidal"``（默认，论文的正弦位置编码）、``"learned"`` 或 ``"none"``
+        （第 7 章的消融实验：去掉位置编码后，主宾互换的测试句几乎全错）。
+    epochs: 训练轮数，默认 ``TOY_TRAINING["epochs"]``。
+    seed: 传给 :func:`~tformer_lib.set_seed`，决定初始化与 dropout。
+    cache / retrain: 是否读写缓存；``retrain=True`` 忽略已有缓存重新训练。
+    directory: 缓存目录，默认 :func:`cache_dir`。
+    progress / verbose: 训练时是否显示进度条 / 每个 epoch 打印一行指标。
+    config_overrides: 覆盖 :func:`toy_model_config` 的字段（如 ``d_model=128``）。
+    """
+    data = load_toy_data(TOY_TRAINING["corpus_seed"])
+    src_vocab, tgt_vocab = data["src_vocab"], data["tgt_vocab"]
+    config = toy_model_config(len(src_vocab), len(tgt_vocab), positional, **config_overrides)
+    training = dict(TOY_TRAINING)
+    if epochs is not None:
+        if not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs 应为正整数，收到 {epochs!r}")
+        training["epochs"] = epochs
+    path = Path(directory).expanduser() if directory is not None else cache_dir()
+    path = path / f"toy_zh_en-{positional}-{_fingerprint(config, training, seed, data['corpus'])}.pt"
+
+    if cache and not retrain and path.exists():
+        try:
+            model, sv, tv, ckpt = load_model(path)
+            if sv == src_vocab and tv == tgt_vocab:
+                return model, sv, tv, History.from_dict(ckpt["extra"].get("history", {}))
+            warnings.warn(f"缓存 {path} 的词表与当前语料不一致，重新训练", stacklevel=2)
+        except CheckpointError as exc:
+            warnings.warn(f"缓存 {path} 无法读取（{exc}），重新训练", stacklevel=2)
+
+    set_seed(seed)
+    model = make_model(config)
+    trainer = Trainer(
+        model, data["train"], data["valid"], tgt_vocab=tgt_vocab,
+        batch_size=training["batch_size"], warmup=training["warmup"], lr_factor=training["lr_factor"],
+        label_smoothing=training["label_smoothing"], clip_grad_norm=training["clip_grad_norm"],
+        seed=seed, progress=progress, verbose=verbose,
+    )
+    history = trainer.fit(training["epochs"])
+    model.eval()
+    if cache:
+        save_checkpoint(path, model, src_vocab, tgt_vocab,
+                        extra={"history": history.to_dict(), "training": training, "seed": seed})
+    return model, src_vocab, tgt_vocab, history
