@@ -65,6 +65,17 @@ def test_toy_model_is_cached_and_loads_fast(toy):
     assert not again.training
 
 
+def test_training_leaves_the_callers_global_rng_untouched(tmp_path):
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    load_or_train_toy_model(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)  # 现训练
+    assert torch.equal(torch.rand(3), expected)
+    torch.manual_seed(7)
+    load_or_train_toy_model(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)  # 读缓存
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_corrupt_cache_is_retrained_with_a_warning(tmp_path):
     model, *_ = load_or_train_toy_model(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)
     (path,) = tmp_path.glob("*.pt")

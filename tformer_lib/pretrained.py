@@ -7,7 +7,8 @@
 否则 ``~/.cache/tformer``。文件名包含配置与训练设置的指纹，改了任何一项都会重新训练。
 
 注意：本函数不改变 ``torch`` 的线程数（那是调用者的决定）；不同线程数下浮点累加顺序可能不同，
-重新训练出的权重在末几位上可能略有差异。
+重新训练出的权重在末几位上可能略有差异。训练前后全局随机状态（random / numpy / torch）保持不变，
+所以笔记本之后的随机结果与「读缓存」还是「现训练」无关。
 """
 
 from __future__ import annotations
@@ -15,8 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
+import torch
 
 
 from .config import TransformerConfig
@@ -90,6 +96,18 @@ def _fingerprint(config: TransformerConfig, training: dict, seed: int, corpus: T
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+@contextmanager
+def _preserve_global_rng():
+    """训练会消耗并重设全局随机状态（set_seed、dropout）；结束后恢复调用者原来的状态。"""
+    py_state, np_state, torch_state = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+        torch.set_rng_state(torch_state)
+
+
 def load_or_train_toy_model(
     positional: str = "sinusoidal",
     *,
@@ -114,7 +132,15 @@ def load_or_train_toy_model(
     directory: 缓存目录，默认 :func:`cache_dir`。
     progress / verbose: 训练时是否显示进度条 / 每个 epoch 打印一行指标。
     config_overrides: 覆盖 :func:`toy_model_config` 的字段（如 ``d_model=128``）。
+
+    无论读缓存还是现训练，调用前后的全局随机状态都不变。
     """
+    with _preserve_global_rng():  # 建模型（初始化）与训练都会消耗全局随机数
+        return _load_or_train(positional, epochs, seed, cache, retrain, directory, progress, verbose,
+                              config_overrides)
+
+
+def _load_or_train(positional, epochs, seed, cache, retrain, directory, progress, verbose, config_overrides):
     data = load_toy_data(TOY_TRAINING["corpus_seed"])
     src_vocab, tgt_vocab = data["src_vocab"], data["tgt_vocab"]
     config = toy_model_config(len(src_vocab), len(tgt_vocab), positional, **config_overrides)
@@ -131,9 +157,9 @@ def load_or_train_toy_model(
             model, sv, tv, ckpt = load_model(path)
             if sv == src_vocab and tv == tgt_vocab:
                 return model, sv, tv, History.from_dict(ckpt["extra"].get("history", {}))
-            warnings.warn(f"缓存 {path} 的词表与当前语料不一致，重新训练", stacklevel=2)
+            warnings.warn(f"缓存 {path} 的词表与当前语料不一致，重新训练", stacklevel=3)
         except CheckpointError as exc:
-            warnings.warn(f"缓存 {path} 无法读取（{exc}），重新训练", stacklevel=2)
+            warnings.warn(f"缓存 {path} 无法读取（{exc}），重新训练", stacklevel=3)
 
     set_seed(seed)
     model = make_model(config)
