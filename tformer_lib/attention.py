@@ -53,8 +53,9 @@ def fast_scaled_dot_product_attention(
 ) -> torch.Tensor:
     """快速路径：调用 ``F.scaled_dot_product_attention``，掩码约定与显式路径相同，只返回输出。
 
-    PyTorch 的布尔 ``attn_mask`` 也是 True = 参与注意力；但整行被屏蔽时它给 NaN。
-    所以这里把掩码换成加性浮点掩码（被屏蔽处为 ``finfo.min``），再把整行被屏蔽的输出置 0。
+    PyTorch 的布尔 ``attn_mask`` 也是 True = 参与注意力；但整行被屏蔽时，较早的版本与部分内核给出 NaN
+    （torch 2.13 的 CPU 实现给 0）。为了在我们支持的所有版本上行为一致，这里把掩码换成加性浮点掩码
+    （被屏蔽处为 ``finfo.min``），再把整行被屏蔽的输出置 0。
     """
     attention_inputs(q, k, v)
     if mask is None:
