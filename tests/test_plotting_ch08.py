@@ -8,6 +8,7 @@ from tformer_lib.plotting.ch08 import (
     plot_cost_scaling,
     plot_flops_breakdown,
     plot_flops_share,
+    plot_kv_cache_schedule,
     plot_online_softmax,
     plot_ratio_bars,
     plot_tiled_attention,
@@ -25,6 +26,7 @@ def test_figures_draw():
         plot_online_softmax(torch.tensor([1.0, 3.0, 0.0, 5.0, 2.0]), 2),
         plot_tiled_attention(torch.randn(3, 4), torch.randn(7, 4), 3, query_labels="人工智", key_labels="ABCDEFG"),
         plot_ratio_bars(["T=64", "T=128"], [0.9, 1.2], title="比值"),
+        plot_kv_cache_schedule(4, tokens=["<bos>", "a", "b", "c"]),
     ]
     assert all(isinstance(f, Figure) for f in figs)
 

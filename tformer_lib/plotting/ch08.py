@@ -19,6 +19,7 @@ __all__ = [
     "plot_online_softmax",
     "plot_tiled_attention",
     "plot_ratio_bars",
+    "plot_kv_cache_schedule",
 ]
 
 _TILE_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
@@ -246,4 +247,46 @@ def plot_ratio_bars(labels: Sequence[str], ratios: Sequence[float], *, title: st
     if title:
         ax.set_title(title)
     ax.legend(fontsize=8)
+    return fig
+
+
+def plot_kv_cache_schedule(n_steps: int = 6, *, tokens: Sequence[str] | None = None, title: str | None = None):
+    """逐字生成时每一步要为哪些位置计算 K、V：左图不用缓存（每步重算整个前缀），右图用 KV 缓存（只算新位置）。
+
+    格子 (步 t, 位置 j)：深色 = 这一步新算，浅色 = 从缓存读出，白色 = 还没生成。标题里给出两种做法的总次数
+    （不用缓存 1 + 2 + … + n = n(n+1)/2，用缓存 n）。
+    """
+    from matplotlib.colors import ListedColormap
+
+    n = check_positive_int(n_steps, "n_steps")
+    labels = list(tokens) if tokens is not None else [f"位置 {j}" for j in range(n)]
+    if len(labels) != n:
+        raise ValueError(f"tokens 有 {len(labels)} 个，但 n_steps={n}")
+    plain = np.zeros((n, n))  # (步, 位置)
+    cached = np.zeros((n, n))
+    for t in range(n):
+        plain[t, : t + 1] = 2  # 每步重算 0..t
+        cached[t, :t] = 1  # 0..t-1 从缓存读
+        cached[t, t] = 2  # 只有 t 是新算的
+    cmap = ListedColormap(["white", "#A6C8E0", _TILE_COLORS[3]])
+    fig, axes = new_figure((10.0, 0.45 * n + 2.2), 1, 2)
+    for ax, grid, name, count in ((axes[0, 0], plain, "不用缓存：每步重算整个前缀", n * (n + 1) // 2),
+                                  (axes[0, 1], cached, "KV 缓存：每步只算新位置", n)):
+        ax.imshow(grid, cmap=cmap, vmin=0, vmax=2, aspect="auto")
+        ax.set_xticks(range(n))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels([f"第 {t + 1} 步" for t in range(n)], fontsize=8)
+        ax.set_xticks(np.arange(-0.5, n, 1), minor=True)
+        ax.set_yticks(np.arange(-0.5, n, 1), minor=True)
+        ax.grid(which="minor", color="gray", lw=0.5)
+        ax.tick_params(which="minor", length=0)
+        ax.set_xlabel("为哪个位置计算 K、V")
+        ax.set_title(f"{name}\n共算 {count} 次")
+    from matplotlib.patches import Patch
+
+    axes[0, 1].legend(handles=[Patch(color=_TILE_COLORS[3], label="这一步新算"), Patch(color="#A6C8E0", label="从缓存读出")],
+                      loc="lower left", fontsize=8, bbox_to_anchor=(1.02, 0.0))
+    if title:
+        fig.suptitle(title)
     return fig
