@@ -32,3 +32,11 @@ from tformer_lib.exercises.ch02 import check_order_blindness_test, check_shift_r
 
 # --- ch08 ---
 from tformer_lib.exercises.ch08 import check_flash_step, check_kv_cache_bytes, check_online_softmax, check_qk_flops
+
+# --- ch06 ---
+from tformer_lib.exercises.ch06 import (
+    check_cross_entropy,
+    check_log_softmax,
+    check_softmax_temperature,
+    check_top_k_probs,
+)
