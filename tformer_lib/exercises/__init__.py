@@ -30,6 +30,14 @@ from tformer_lib.exercises.ch03 import check_attention_entropy, check_simple_sel
 # --- ch02 ---
 from tformer_lib.exercises.ch02 import check_order_blindness_test, check_shift_rotation, check_wavelength
 
+# --- ch05 ---
+from tformer_lib.exercises.ch05 import (
+    check_cached_greedy_decode,
+    check_decoder_mask,
+    check_greedy_decode,
+    check_shift_targets,
+)
+
 # --- ch08 ---
 from tformer_lib.exercises.ch08 import check_flash_step, check_kv_cache_bytes, check_online_softmax, check_qk_flops
 
