@@ -97,6 +97,61 @@ def test_beam_size_one_equals_greedy_and_beam_scores_at_least_greedy():
             assert logprob(src[i], b) >= logprob(src[i], g) - 1e-4
 
 
+class _ScriptedModel(torch.nn.Module):
+    """假模型：下一个词的分布由已生成的前缀查表决定（词表 0..5：PAD BOS EOS a b c）。"""
+
+    TABLE = {  # 前缀（不含 BOS）→ {词: 概率}
+        (): {3: 0.5, 4: 0.3, 5: 0.2},
+        (3,): {3: 0.9, EOS: 0.1},
+        (4,): {EOS: 0.9, 3: 0.1},
+        (5,): {EOS: 0.9, 3: 0.1},
+        (3, 3): {EOS: 0.9, 3: 0.1},
+    }
+
+    class _Cache:
+        def __init__(self):
+            self.seqs, self.length = None, 0
+
+        def reorder(self, index):
+            self.seqs = [list(self.seqs[i]) for i in index.tolist()]
+
+    def __init__(self):
+        super().__init__()
+        self.config = type("C", (), {"pad_id": PAD})()
+        self._current = []
+
+    def new_cache(self):
+        return self._Cache()
+
+    def encode(self, src, src_mask=None):
+        return torch.zeros(src.shape[0], src.shape[1], 1)
+
+    def decode(self, memory, tgt_in, src_mask=None, tgt_mask=None, cache=None):
+        if cache.seqs is None:
+            cache.seqs = [[] for _ in range(tgt_in.shape[0])]
+        for row, tok in zip(cache.seqs, tgt_in[:, -1].tolist()):
+            row.append(tok)
+        cache.length += 1
+        self._current = [tuple(r[1:]) for r in cache.seqs]
+        return torch.zeros(tgt_in.shape[0], 1, 1)
+
+    def generator(self, hidden):
+        logits = torch.full((len(self._current), 1, 6), -30.0)
+        for i, prefix in enumerate(self._current):
+            for tok, p in self.TABLE.get(prefix, {EOS: 1.0}).items():
+                logits[i, 0, tok] = torch.log(torch.tensor(p))
+        return logits
+
+
+def test_beam_does_not_stop_before_the_best_hypothesis_can_finish():
+    """回归测试：早先的实现凑够 beam_size 个已结束候选（b EOS、a EOS）就停，
+    丢掉了仍存活、总分更高的 a a EOS（log 概率 -0.90 对 -1.31）。"""
+    out = beam_search(_ScriptedModel(), torch.tensor([[4, 5]]), beam_size=2, max_len=5, length_penalty=0.0)
+    assert ids_to_lists(out) == [[3, 3]]
+    greedy = beam_search(_ScriptedModel(), torch.tensor([[4, 5]]), beam_size=1, max_len=5, length_penalty=0.0)
+    assert ids_to_lists(greedy) == [[3, 3]]
+
+
 def test_sampling_top1_is_greedy_and_generator_makes_it_reproducible():
     model = _model()
     src = _src()

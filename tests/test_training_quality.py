@@ -48,10 +48,10 @@ def test_toy_translation_reaches_95_percent_on_order_swapped_test_split(toy):
 
 def test_toy_beam_is_at_least_greedy_on_test_split(toy):
     _, model, _, tv, _ = toy
-    test = load_toy_data()["test"][:200]
+    test = load_toy_data()["test"]
     greedy = evaluate(model, test, tv)["exact_match"]
     beam = evaluate(model, test, tv, decode_fn=lambda m, src: beam_search(m, src, beam_size=4))["exact_match"]
-    assert beam >= greedy
+    assert beam >= greedy >= 0.95
 
 
 def test_toy_model_is_cached_and_loads_fast(toy):

@@ -169,7 +169,7 @@ def _beam_one(model, src_row, max_len, beam_size, alpha, bos, eos) -> list[int]:
     seqs = [[bos]]  # 存活的候选（含 BOS）
     scores = torch.zeros(1, device=src.device)  # (n,) 累计 log 概率
     finished: list[tuple[float, list[int]]] = []
-    for _ in range(max_len):
+    for step in range(max_len):
         n = len(seqs)
         last = torch.tensor([[s[-1]] for s in seqs], device=src.device)  # (n, 1)
         # 第一步之后交叉注意力的 K/V 已在缓存里（批次维已随 reorder 扩成 n），memory 只在第一步被读取
@@ -189,12 +189,19 @@ def _beam_one(model, src_row, max_len, beam_size, alpha, bos, eos) -> list[int]:
                 keep_scores.append(score)
             if len(keep_seqs) == beam_size:
                 break
-        if len(finished) >= beam_size or not keep_seqs:
-            break
-        cache.reorder(torch.tensor(keep_rows, device=src.device))  # 缓存跟着存活的候选重排
         seqs, scores = keep_seqs, torch.tensor(keep_scores, device=src.device)
-    if not finished:  # 到 max_len 仍没有候选结束：取存活候选里最好的
-        finished = [(s / _length_penalty(len(q) - 1, alpha), q[1:]) for s, q in zip(scores.tolist(), seqs)]
+        if not seqs:
+            break
+        if len(finished) >= beam_size:
+            # 存活候选以后的总 log 概率只会更小（≤ 现在），长度惩罚最多除以 lp(max_len)：
+            # 若已结束的最好候选不差于这个上界，再搜下去也赢不了，可以停
+            bound = max(keep_scores) / _length_penalty(max_len, alpha)
+            if max(f[0] for f in finished) >= bound:
+                seqs = []
+                break
+        cache.reorder(torch.tensor(keep_rows, device=src.device))  # 缓存跟着存活的候选重排
+    # 到 max_len 仍存活的候选也参加比较（长度不含 BOS）
+    finished += [(sc / _length_penalty(len(q) - 1, alpha), q[1:]) for sc, q in zip(scores.tolist(), seqs)]
     return max(finished, key=lambda t: t[0])[1]
 
 
@@ -210,7 +217,8 @@ def beam_search(
     """束搜索：对 ``src`` 的每一句分别搜索（一句内的 ``beam_size`` 个候选成批计算，共用 K/V 缓存）。
 
     候选的最终得分 = 总 log 概率 / ``((5 + 长度) / 6) ** length_penalty``（GNMT）。
-    收集到 ``beam_size`` 个以 EOS 结束的候选即停止。返回 ``(B, L)``，格式同 :func:`greedy_decode`。
+    已有 ``beam_size`` 个以 EOS 结束的候选、且存活候选（得分只会下降）不可能再超过其中最好者时停止。
+    返回 ``(B, L)``，格式同 :func:`greedy_decode`。
     ``beam_size=1`` 时与贪心解码结果相同。
     """
     _check_src(src)
