@@ -104,11 +104,18 @@ def corpus():
 
 
 def test_toy_corpus_size_and_disjoint_splits(corpus):
-    zh = [z for split in (corpus.train, corpus.valid, corpus.test) for z, _ in split]
-    assert len(corpus) >= 5000
-    assert len(set(zh)) == len(zh)  # 没有任何一句出现两次（跨划分或划分内）
-    pairs = corpus.train + corpus.valid + corpus.test
-    assert len(set(pairs)) == len(pairs)
+    train, valid, test = ({z for z, _ in split} for split in (corpus.train, corpus.valid, corpus.test))
+    assert not (train & valid) and not (train & test) and not (valid & test)  # 没有一句跨划分
+    assert len(valid) == len(corpus.valid) and len(test) == len(corpus.test)
+    pairs = set(corpus.train + corpus.valid + corpus.test)
+    assert len(pairs) >= 5000  # 不同句对的个数
+    # 训练集里唯一的重复是被刻意重复的光杆名词
+    from collections import Counter
+
+    from tformer_lib.data.toy_zh_en import BARE_NOUN_REPEATS, NOUNS
+
+    repeated = {z: n for z, n in Counter(z for z, _ in corpus.train).items() if n > 1}
+    assert repeated == {noun: BARE_NOUN_REPEATS for noun in NOUNS}
 
 
 def test_toy_corpus_is_deterministic(corpus):

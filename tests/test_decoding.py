@@ -11,6 +11,7 @@ from tformer_lib.decoding import (
     greedy_decode,
     ids_to_lists,
     sample_decode,
+    sequence_log_probs,
     translate,
 )
 from tformer_lib.masks import padding_mask
@@ -69,6 +70,21 @@ def test_greedy_stops_at_eos_and_pads_after():
     assert ids_to_lists(out) == [[], [], []]
     full = greedy_decode(model, _src(), max_len=10, stop_at_eos=False)
     assert full.shape == (3, 10)
+
+
+def test_sequence_log_probs_matches_a_manual_sum():
+    model = _model()
+    src = _src()
+    out = greedy_decode(model, src, max_len=6)
+    lp = sequence_log_probs(model, src, out)
+    for i in range(3):
+        seq = [t for t in out[i].tolist() if t != PAD]
+        tgt_in = torch.tensor([[BOS] + seq[:-1]])
+        with torch.no_grad():
+            ref = model(src[i : i + 1], tgt_in).log_softmax(-1)[0]
+        assert abs(lp[i].item() - sum(ref[j, t].item() for j, t in enumerate(seq))) < 1e-4
+    with pytest.raises(ValueError, match="out"):
+        sequence_log_probs(model, src, out[:1])
 
 
 def test_finish_pads_after_first_eos():

@@ -111,7 +111,7 @@ from .data import (
     tokenize_en,
     tokenize_zh,
 )
-from .decoding import beam_search, greedy_decode, ids_to_lists, sample_decode, translate
+from .decoding import beam_search, greedy_decode, ids_to_lists, sample_decode, sequence_log_probs, translate
 from .pretrained import cache_dir, load_or_train_toy_model, load_toy_data, toy_model_config
 from .training import (
     CheckpointError,

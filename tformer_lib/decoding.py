@@ -32,6 +32,7 @@ __all__ = [
     "ids_to_lists",
     "translate",
     "decoder_step_logits",
+    "sequence_log_probs",
 ]
 
 
@@ -236,6 +237,22 @@ def beam_search(
         if r:
             out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     return out
+
+
+def sequence_log_probs(model: nn.Module, src: torch.Tensor, out: torch.Tensor, bos: int = BOS) -> torch.Tensor:
+    """每行解码结果的总 log 概率 ``(B,)``：``out`` 是解码函数的返回值（PAD 位不计，EOS 计入）。
+
+    用教师强制一次前向算出，比较「束搜索是否真的找到了概率更高的句子」时很方便。
+    """
+    _check_src(src)
+    if out.dim() != 2 or out.shape[0] != src.shape[0]:
+        raise ValueError(f"out 应是 (B, L) 且 B 与 src 相同（{src.shape[0]}），收到形状 {tuple(out.shape)}")
+    pad_id = model.config.pad_id
+    tgt_in = torch.cat([torch.full_like(out[:, :1], bos), out[:, :-1]], dim=1)  # (B, L) 右移一位、以 BOS 开头
+    with _eval_mode(model), torch.no_grad():
+        log_p = model(src, tgt_in).log_softmax(dim=-1)  # (B, L, V)
+    token_lp = log_p.gather(-1, out.unsqueeze(-1)).squeeze(-1)  # (B, L)
+    return (token_lp * (out != pad_id)).sum(dim=1)  # (B,)
 
 
 def ids_to_lists(ids: torch.Tensor, eos: int = EOS, pad_id: int = PAD) -> list[list[int]]:

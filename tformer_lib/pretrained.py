@@ -34,7 +34,7 @@ from .seed import set_seed
 from .training.checkpoint import CheckpointError, load_model, save_checkpoint
 from .training.trainer import History, Trainer
 
-__all__ = ["cache_dir", "toy_model_config", "load_toy_data", "load_or_train_toy_model", "TOY_TRAINING"]
+__all__ = ["cache_dir", "toy_model_config", "load_toy_data", "load_or_train_toy_model", "TOY_TRAINING", "DEFAULT"]
 
 #: 玩具模型的训练设置（改动任一项都会使缓存失效）
 TOY_TRAINING = {
@@ -44,8 +44,19 @@ TOY_TRAINING = {
     "lr_factor": 1.0,
     "label_smoothing": 0.1,
     "clip_grad_norm": 1.0,
+    "eval_decode": True,
     "corpus_seed": 0,
 }
+_TRAINING_KEYS = ("batch_size", "warmup", "lr_factor", "label_smoothing", "clip_grad_norm", "eval_decode")
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: 训练设置参数的默认值标记：表示「用 TOY_TRAINING 里的值」（``clip_grad_norm=None`` 则表示不裁剪）
+DEFAULT = _Default()
 _CACHE_VERSION = 2  # 2：训练集加入全部名词短语（短语说完要输出 EOS）
 
 
@@ -118,6 +129,12 @@ def load_or_train_toy_model(
     directory: str | os.PathLike | None = None,
     progress: bool | None = False,
     verbose: bool = False,
+    batch_size=DEFAULT,
+    warmup=DEFAULT,
+    lr_factor=DEFAULT,
+    label_smoothing=DEFAULT,
+    clip_grad_norm=DEFAULT,
+    eval_decode=DEFAULT,
     **config_overrides,
 ) -> tuple[Transformer, Vocab, Vocab, History]:
     """返回 ``(model, src_vocab, tgt_vocab, history)``：书中的玩具中→英模型（eval 模式）。
@@ -131,20 +148,29 @@ def load_or_train_toy_model(
     cache / retrain: 是否读写缓存；``retrain=True`` 忽略已有缓存重新训练。
     directory: 缓存目录，默认 :func:`cache_dir`。
     progress / verbose: 训练时是否显示进度条 / 每个 epoch 打印一行指标。
-    config_overrides: 覆盖 :func:`toy_model_config` 的字段（如 ``d_model=128``）。
+    batch_size, warmup, lr_factor, label_smoothing, clip_grad_norm, eval_decode:
+        覆盖 ``TOY_TRAINING`` 中的训练设置（不给则用默认值；``clip_grad_norm=None`` 表示不裁剪）。
+        例：第 7 章比较「不预热、高学习率」下的 post-LN 与 pre-LN：
+        ``load_or_train_toy_model(norm_first=True, warmup=1, lr_factor=0.5, epochs=2)``。
+    config_overrides: 覆盖 :func:`toy_model_config` 的字段（如 ``d_model=128``、``norm_first=True``）。
 
+    每一组（模型配置, 训练设置, 种子, 语料）有自己的缓存文件。
     无论读缓存还是现训练，调用前后的全局随机状态都不变。
     """
+    given = dict(batch_size=batch_size, warmup=warmup, lr_factor=lr_factor, label_smoothing=label_smoothing,
+                 clip_grad_norm=clip_grad_norm, eval_decode=eval_decode)
+    training_overrides = {k: v for k, v in given.items() if v is not DEFAULT}
     with _preserve_global_rng():  # 建模型（初始化）与训练都会消耗全局随机数
         return _load_or_train(positional, epochs, seed, cache, retrain, directory, progress, verbose,
-                              config_overrides)
+                              config_overrides, training_overrides)
 
 
-def _load_or_train(positional, epochs, seed, cache, retrain, directory, progress, verbose, config_overrides):
+def _load_or_train(positional, epochs, seed, cache, retrain, directory, progress, verbose, config_overrides,
+                   training_overrides):
     data = load_toy_data(TOY_TRAINING["corpus_seed"])
     src_vocab, tgt_vocab = data["src_vocab"], data["tgt_vocab"]
     config = toy_model_config(len(src_vocab), len(tgt_vocab), positional, **config_overrides)
-    training = dict(TOY_TRAINING)
+    training = {**TOY_TRAINING, **training_overrides}
     if epochs is not None:
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs 应为正整数，收到 {epochs!r}")
@@ -167,7 +193,7 @@ def _load_or_train(positional, epochs, seed, cache, retrain, directory, progress
         model, data["train"], data["valid"], tgt_vocab=tgt_vocab,
         batch_size=training["batch_size"], warmup=training["warmup"], lr_factor=training["lr_factor"],
         label_smoothing=training["label_smoothing"], clip_grad_norm=training["clip_grad_norm"],
-        seed=seed, progress=progress, verbose=verbose,
+        eval_decode=training["eval_decode"], seed=seed, progress=progress, verbose=verbose,
     )
     history = trainer.fit(training["epochs"])
     model.eval()

@@ -220,6 +220,9 @@ _ANCHOR_SPECS: list[Spec] = [
 
 Pair = tuple[str, str]
 
+#: 每个光杆名词短语（``狗`` → ``the dog``）在训练集中出现的次数
+BARE_NOUN_REPEATS = 10
+
 
 @dataclass
 class ToyCorpus:
@@ -249,12 +252,16 @@ def make_toy_corpus(n_train: int = 6000, n_valid: int = 300, n_test: int = 500, 
     * ``n_valid`` / ``n_test`` 句各是某个训练句的主宾互换镜像（镜像在训练集里）；
     * 训练集另含全部 482 个名词短语单独成句的短语对（``人工智能`` → ``artificial intelligence``，
       ``两 只 大 狗`` → ``two big dogs``），让模型学会「短语说完就输出 EOS」，也帮助学词义；
-    * 总句对数 = ``n_train + n_valid + n_test``，默认 6,800 对，全部互不相同。
+      14 个光杆名词各重复 ``BARE_NOUN_REPEATS`` 次（训练集中唯一的重复项）；
+    * 默认共 6,800 条（去掉重复后 6,674 个不同句对）；验证集、测试集与训练集互不重叠。
     """
     for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} 应为 ≥0 的整数，收到 {value!r}")
     phrases = [translate_np(np_) for np_ in all_noun_phrases()]
+    # 光杆名词（尤其是不带修饰语的「人工智能」「世界」）只有一种短语形式，重复几遍，
+    # 模型才学得会「人工智能 → artificial intelligence <eos>」而不是接着续写动词
+    phrases += [translate_np((noun, None, None)) for noun in NOUNS] * (BARE_NOUN_REPEATS - 1)
     n_phrases = len(phrases)
     if n_train < n_valid + n_test + len(_ANCHOR_SPECS) + n_phrases:
         raise ValueError(
