@@ -16,7 +16,9 @@
    :func:`patch_zmq_polling` 把长等待切成不超过 ``POLL_SLICE`` 秒的短轮询，语义不变（超时仍按原
    期限抛出 ``queue.Empty``）。本书默认不在构建时执行笔记本，但若有人打开执行模式，补丁同样生效。
 4. **去掉重复的内联脚本**（见 :func:`_dedupe_scripts`），否则每页控制台都有一个 JavaScript 错误。
-5. **章节号只由目录生成。** ``_toc.yml`` 用 ``numbered: true`` 给章和节自动编号（“4.”、“4.2.”……）。
+5. **练习索引。** ``book/solutions.md`` 里的 ``<!-- exercises-index -->`` 在构建时换成从各章笔记本
+   标题（“练习 N：……”）生成的索引，章节增删练习时索引自动跟上（:func:`exercise_index`）。
+6. **章节号只由目录生成。** ``_toc.yml`` 用 ``numbered: true`` 给章和节自动编号（“4.”、“4.2.”……）。
    笔记本标题里手写的“第4章”“2.3”会和自动编号重复，:func:`_strip_manual_numbers` 在构建时把它们去掉
    （只动 ``notebooks/`` 下页面的标题，笔记本文件本身不变）。
 """
@@ -162,10 +164,62 @@ def _strip_manual_numbers(app, doctree) -> None:
                 title.remove(first)
 
 
+_EXERCISE_HEADING = re.compile(r"^#{2,4}\s+(?:\d+(?:\.\d+)*\.?\s+)?(练习\s*\d+.*)$")
+EXERCISE_MARKER = "<!-- exercises-index -->"
+
+
+def find_exercises(notebook_path: Path) -> list[str]:
+    """笔记本里所有“练习 N……”标题的文字（按出现顺序）。"""
+    import json
+
+    nb = json.loads(Path(notebook_path).read_text(encoding="utf-8"))
+    found = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "markdown":
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        for line in source.splitlines():
+            match = _EXERCISE_HEADING.match(line.strip())
+            if match:
+                found.append(match.group(1).strip())
+    return found
+
+
+def exercise_index(srcdir: Path, chapters: list[str]) -> str:
+    """生成练习索引（MyST Markdown）：每章一段，列出该章全部练习的标题。"""
+    lines = ["| 章 | 练习 |", "|---|---|"]
+    for docname in chapters:
+        path = Path(srcdir, docname + ".ipynb")
+        number = re.match(r"\d+", Path(docname).name)
+        n = int(number.group()) if number else "?"
+        if not path.exists():
+            continue
+        titles = find_exercises(path)
+        items = "<br>".join(t.replace("|", "\\|") for t in titles) or "（本章暂无练习）"
+        lines.append(f"| {{doc}}`第 {n} 章 <../{docname}>` | {items} |")
+    return "\n".join(lines)
+
+
+def _chapter_docnames(app) -> list[str]:
+    site_map = getattr(app.config, "external_site_map", None)
+    if site_map is None:
+        return []
+    return [name for name in site_map if name.startswith("notebooks/")]
+
+
+def _on_source_read(app, docname, source) -> None:
+    if EXERCISE_MARKER not in source[0]:
+        return
+    chapters = sorted(_chapter_docnames(app))
+    source[0] = source[0].replace(EXERCISE_MARKER, exercise_index(Path(app.srcdir), chapters))
+
+
 def setup(app):
     patch_zmq_polling()
     app.connect("config-inited", _on_config_inited)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     # 要在 Sphinx 收集页面标题（TitleCollector，优先级 500）之前改标题
     app.connect("doctree-read", _strip_manual_numbers, priority=100)
+    app.connect("source-read", _on_source_read)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

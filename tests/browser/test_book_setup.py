@@ -151,3 +151,20 @@ def test_strip_volatile_metadata():
     assert cell.metadata == {"tags": ["hide-cell"]}
     assert [(o.name, o.text) for o in cell.outputs] == [("stdout", "a\nb\n"), ("stderr", "w\n")]
     nbformat.validate(nb)
+
+
+def test_exercise_index_lists_exercise_headings(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("## 练习\n\n### 练习 1：因果掩码\n正文"),
+                nbformat.v4.new_markdown_cell("### 3.2 练习 2：拆头 | 形状"),
+                nbformat.v4.new_markdown_cell("## 小结\n练习很重要")]
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(nb, tmp_path / "notebooks/04_x.ipynb")
+    assert tformer_book.find_exercises(tmp_path / "notebooks/04_x.ipynb") == ["练习 1：因果掩码", "练习 2：拆头 | 形状"]
+    table = tformer_book.exercise_index(tmp_path, ["notebooks/04_x"])
+    assert "{doc}`第 4 章 <../notebooks/04_x>`" in table and "练习 2：拆头 \\| 形状" in table
+
+
+def test_solutions_page_uses_the_generated_index():
+    assert tformer_book.EXERCISE_MARKER in (ROOT / "book/solutions.md").read_text(encoding="utf-8")
