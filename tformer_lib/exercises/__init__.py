@@ -48,3 +48,6 @@ from tformer_lib.exercises.ch06 import (
     check_softmax_temperature,
     check_top_k_probs,
 )
+
+# --- ch07 ---
+from tformer_lib.exercises.ch07 import check_beam_score, check_noam_rate, check_smoothed_loss, check_smoothed_targets
