@@ -65,6 +65,14 @@ def test_progress_bar_can_be_forced_and_verbose_prints(copy_data, capsys):
     assert "epoch=1" in out.out and "epoch 1" in out.err
 
 
+def test_fast_attention_path_trains_too(copy_data):
+    v, train, valid = copy_data
+    model = _fresh(v)
+    model.set_fast_attention(True)
+    hist = _trainer(model, v, train, valid).fit(1)
+    assert hist.last["train_loss"] < 5 and hist.last["valid_loss"] == hist.last["valid_loss"]
+
+
 def test_nan_loss_names_the_step_and_what_to_try(copy_data):
     v, train, valid = copy_data
     model = _fresh(v)

@@ -111,8 +111,10 @@ def evaluate(
     n_exact = 0
     hyps: list[str] = []
     refs: list[str] = []
+    device = next(model.parameters()).device
     try:
         for batch in batch_iterator(data, batch_size, pad_id=model.config.pad_id):
+            batch = batch.to(device)  # 模型在 GPU 上时把批次也搬过去
             logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T, V)
             total_loss += float(label_smoothing_loss(logits, batch.tgt_out, 0.0, model.config.pad_id, "sum"))
             keep = batch.tgt_out != model.config.pad_id  # (B, T)
@@ -154,6 +156,8 @@ class Trainer:
     callbacks: 回调函数 ``fn(event, info)``，``event`` 为 ``"step"``（info 含 step/epoch/loss/lr）
         或 ``"epoch"``（info 为该 epoch 的指标，外加 ``"history"``）。笔记本可用它实时画损失曲线。
     eval_decode: 每个 epoch 是否做解码评估（exact match 与 BLEU）；关掉可以更快。
+
+    批次会被搬到模型所在的设备（device）上：想用 GPU，先 ``model.to("cuda")`` 再建训练器。
     """
 
     def __init__(
@@ -255,7 +259,9 @@ class Trainer:
             disable=not self._show_progress(), leave=False,
         )
         total, tokens = 0.0, 0
+        device = next(self.model.parameters()).device
         for batch in bar:
+            batch = batch.to(device)
             lr = self.optimizer.param_groups[0]["lr"]
             loss = self.train_step(batch)
             total += loss * batch.n_tokens
