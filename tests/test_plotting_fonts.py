@@ -131,6 +131,10 @@ def test_setup_sets_printing_seed_and_font(monkeypatch):
         assert str(torch.tensor([1 / 3])) == "tensor([0.3333])"
         assert np.array2string(np.array([1 / 3])) == "[0.3333]"
         assert matplotlib.rcParams["font.family"][0] == FONT_FAMILY
+        monkeypatch.delenv("TFORMER_THREADS")
+        torch.set_num_threads(2)
+        setup()
+        assert torch.get_num_threads() == 1  # 默认单线程：冷缓存重训与提交的输出逐位一致
         monkeypatch.setenv("TFORMER_THREADS", "zero")
         with pytest.raises(ValueError, match="TFORMER_THREADS"):
             setup()

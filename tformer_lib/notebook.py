@@ -56,7 +56,8 @@ def setup(seed: int = 0, *, dpi: int = FIGURE_DPI, precision: int = PRINT_PRECIS
 
     - 随机种子：``set_seed(seed)``（Python、NumPy、torch）；
     - 设备：只用 CPU（返回的 device 供后续 ``.to(device)`` 使用）；
-    - 线程：保持 torch 默认线程数；若设置了环境变量 ``TFORMER_THREADS``，则用它的值；
+    - 线程：默认单线程（环境变量 ``TFORMER_THREADS`` 可改）。浮点求和的顺序随线程数变化，
+      训练几个 epoch 后差异会放大到打印的数字上；固定线程数，笔记本在冷缓存上重训也得到同样的输出；
     - 图：IPython 内核中启用 inline 后端、只输出 PNG（nbval 不比较 PNG），DPI 为 ``dpi``；
     - 字体：注册随书中文字体，负号正常显示（见 :mod:`tformer_lib.plotting.fonts`）；
     - 打印：torch 与 NumPy 保留 ``precision`` 位小数、关闭科学计数法。
@@ -64,7 +65,7 @@ def setup(seed: int = 0, *, dpi: int = FIGURE_DPI, precision: int = PRINT_PRECIS
     import numpy as np
     import torch
 
-    threads = os.environ.get("TFORMER_THREADS")
+    threads = os.environ.get("TFORMER_THREADS") or "1"
     if threads:
         try:
             n = int(threads)
