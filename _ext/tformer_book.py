@@ -86,19 +86,32 @@ def _on_config_inited(app, config) -> None:
         config.html_search_options = options
 
 
+def _is_thebe_script(js) -> bool:
+    if isinstance(js, str):
+        return js.endswith("sphinx-thebe.js")
+    filename = os.fspath(js.filename or "")
+    body = (js.attributes or {}).get("body", "") or ""
+    return filename.endswith("sphinx-thebe.js") or "THEBE_JS_URL" in body
+
+
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     """去掉重复的 ``<script>``。
 
     sphinx-thebe 0.3.1 注册的内联脚本（``const THEBE_JS_URL = …``）在页面上出现两份
     （一份 filename 为 None，一份为空字符串，Sphinx 的去重认不出来），浏览器报
     “Identifier 'THEBE_JS_URL' has already been declared”。完全相同的脚本只保留第一份。
+    没有打开 thebe（``launch_buttons.thebe``）时，sphinx-thebe 的脚本整个去掉：jupyter-book 总是加载这个扩展，
+    而它的内联脚本里写着 unpkg 上 thebe 的地址，本书不需要。
     """
     scripts = context.get("script_files")
     if not scripts:
         return
+    thebe_on = bool((app.config.html_theme_options or {}).get("launch_buttons", {}).get("thebe"))
     seen = set()
     kept = []
     for js in scripts:
+        if not thebe_on and _is_thebe_script(js):
+            continue  # 没开 thebe：它的脚本（及其中指向 unpkg 的地址）没有用处
         if isinstance(js, str):  # 旧式写法：只有文件名
             key = (js, ())
         else:  # _JavaScript；内联脚本的 filename 有时是 None、有时是 ""，视为相同
