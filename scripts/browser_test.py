@@ -197,10 +197,14 @@ class Checker:
     def _check_math(self, page, doc: str) -> None:
         has_mathjax = page.evaluate("() => !!document.querySelector('script[src*=\"mathjax\"]')")
         if has_mathjax:
-            page.wait_for_function(
-                "() => window.MathJax && MathJax.startup && MathJax.startup.promise",
-                timeout=self.timeout_ms,
-            )
+            try:
+                page.wait_for_function(
+                    "() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                    timeout=self.timeout_ms,
+                )
+            except Exception:
+                self.fail(doc, f"MathJax 没有在 {self.timeout_ms // 1000} 秒内启动（脚本没加载到？）")
+                return
             page.evaluate("() => MathJax.startup.promise")
         state = page.evaluate(MATH_STATE_JS)
         if state["sphinxMath"] and not has_mathjax:
