@@ -177,25 +177,44 @@ def _strip_manual_numbers(app, doctree) -> None:
                 title.remove(first)
 
 
-_EXERCISE_HEADING = re.compile(r"^#{2,4}\s+(?:\d+(?:\.\d+)*\.?\s+)?(练习\s*\d+.*)$")
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*$")
+_NUMBERED_EXERCISE = re.compile(r"^练习\s*\d+")
+_EXERCISE_SECTIONS = ("练习", "练习题", "习题")
 EXERCISE_MARKER = "<!-- exercises-index -->"
 
 
 def find_exercises(notebook_path: Path) -> list[str]:
-    """笔记本里所有“练习 N……”标题的文字（按出现顺序）。"""
+    """笔记本里的练习标题（按出现顺序）。
+
+    认两种写法：标题本身以“练习 N”开头；或者是“练习”一节下面紧挨着的下一级小标题。
+    标题前手写的节号（如“3.2 ”）会去掉。
+    """
     import json
 
     nb = json.loads(Path(notebook_path).read_text(encoding="utf-8"))
-    found = []
+    found: list[str] = []
+    section_level = None  # 当前所在“练习”一节的标题级别
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "markdown":
             continue
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
+        in_fence = False
         for line in source.splitlines():
-            match = _EXERCISE_HEADING.match(line.strip())
-            if match:
-                found.append(match.group(1).strip())
+            if line.lstrip().startswith(("```", "~~~")):
+                in_fence = not in_fence
+            match = None if in_fence else _HEADING.match(line.strip())
+            if match is None:
+                continue
+            level, text = len(match.group(1)), strip_manual_number(match.group(2))
+            if section_level is not None and level <= section_level:
+                section_level = None
+            if _NUMBERED_EXERCISE.match(text):
+                found.append(text)
+            elif section_level is not None and level == section_level + 1:
+                found.append(text)
+            elif text in _EXERCISE_SECTIONS:
+                section_level = level
     return found
 
 

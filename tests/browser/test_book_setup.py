@@ -166,5 +166,15 @@ def test_exercise_index_lists_exercise_headings(tmp_path):
     assert "{doc}`第 4 章 <../notebooks/04_x>`" in table and "练习 2：拆头 \\| 形状" in table
 
 
+def test_exercise_index_accepts_unnumbered_subsections(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("## 练习\n\n说明"),
+                nbformat.v4.new_markdown_cell("### 预热学习率\n\n#### 提示\n```\n# 不是标题\n```"),
+                nbformat.v4.new_markdown_cell("### 标签平滑\n## 小结\n### 不是练习")]
+    nbformat.write(nb, tmp_path / "07.ipynb")
+    assert tformer_book.find_exercises(tmp_path / "07.ipynb") == ["预热学习率", "标签平滑"]
+
+
 def test_solutions_page_uses_the_generated_index():
     assert tformer_book.EXERCISE_MARKER in (ROOT / "book/solutions.md").read_text(encoding="utf-8")
