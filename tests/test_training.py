@@ -134,6 +134,9 @@ def test_checkpoint_is_plain_atomic_and_weights_only(copy_data, tmp_path):
     tr.fit(1)
     path = save_checkpoint(tmp_path / "sub" / "m.pt", tr.model, v, v, trainer=tr, extra={"task": "copy"})
     assert os.listdir(tmp_path / "sub") == ["m.pt"]  # 没有残留的临时文件
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # 不是 mkstemp 的 0600
     raw = torch.load(path, weights_only=True)  # 只含安全类型
     assert raw["config"]["d_model"] == 32 and raw["extra"] == {"task": "copy"}
     model, sv, tv, _ = load_model(path)

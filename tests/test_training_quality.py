@@ -1,6 +1,7 @@
-"""质量门槛（quality bars）：复制任务 100%、玩具中→英 ≥95%、去掉位置编码的消融明显失败。
+"""质量门槛（quality bars）：复制任务 100%、玩具中→英 ≥95%、去掉位置编码的消融明显失败；
+以及随包附带的两个玩具检查点能由单线程的新训练逐位复现。
 
-玩具模型用各章实际加载的默认设置训练（单线程约 30 秒一个）；复制任务用 benchmarks/copy_task.py 的设置。
+玩具模型用各章实际加载的默认配方现训练（单线程约 30 秒一个）；复制任务用 benchmarks/copy_task.py 的设置。
 计时数字见 benchmarks/。
 """
 
@@ -12,10 +13,16 @@ import torch
 from tformer_lib.cli import COPY_SETUP, build_synthetic
 from tformer_lib.data import make_batch
 from tformer_lib.decoding import beam_search, greedy_decode, sequence_log_probs, translate
-from tformer_lib.pretrained import cache_dir, load_or_train_toy_model, load_toy_data
-from tformer_lib.training import Trainer, evaluate
+from tformer_lib.pretrained import (
+    SHIPPED_POSITIONAL,
+    cache_dir,
+    load_or_train_toy_model,
+    load_toy_data,
+    shipped_checkpoint_path,
+)
+from tformer_lib.training import Trainer, evaluate, load_checkpoint
 
-TOY_TEST_EPOCHS = None  # None = TOY_TRAINING["epochs"]：测的正是各章加载的那个模型
+TINY = dict(epochs=1, d_model=32, n_heads=2, d_ff=32)  # 只为测缓存机制的小模型
 
 
 def test_copy_task_reaches_100_percent_on_200_held_out_sequences():
@@ -28,14 +35,48 @@ def test_copy_task_reaches_100_percent_on_200_held_out_sequences():
 
 
 @pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cache")
-    model, sv, tv, hist = load_or_train_toy_model(epochs=TOY_TEST_EPOCHS, directory=d)
-    return d, model, sv, tv, hist
+def toy():
+    """现训练的默认模型（不读写任何缓存）——正是第 5–8 章加载的那个配方。"""
+    return load_or_train_toy_model(cache=False)
+
+
+def _assert_same_weights(a, b, what):
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), f"{what}: {name} differs"
+
+
+@pytest.mark.parametrize("positional", SHIPPED_POSITIONAL)
+def test_shipped_checkpoint_exists_and_is_preferred(positional, tmp_path):
+    path = shipped_checkpoint_path(positional)
+    assert path.exists(), (
+        f"{path.name} 不在 tformer_lib/checkpoints/：默认配方或语料改了？请运行 "
+        "tformer_lib.pretrained.build_shipped_checkpoints() 重新生成"
+    )
+    assert load_checkpoint(path)["extra"]["threads"] == 1
+    start = time.perf_counter()
+    model, *_ = load_or_train_toy_model(positional, directory=tmp_path)
+    assert time.perf_counter() - start < 10 and not model.training
+    assert list(tmp_path.iterdir()) == []  # 用的是随包附带的：没有训练，没有写用户缓存
+
+
+def _skip_unless_same_torch(path):
+    recorded = load_checkpoint(path)["torch_version"]
+    if recorded != str(torch.__version__):
+        pytest.skip(f"随包检查点由 torch {recorded} 生成，这里是 {torch.__version__}：逐位比较无意义")
+    if torch.get_num_threads() != 1:
+        pytest.skip("逐位复现要求单线程（tests/conftest.py 会设为 1）")
+
+
+def test_fresh_single_thread_training_reproduces_the_shipped_weights(toy, tmp_path):
+    _skip_unless_same_torch(shipped_checkpoint_path("sinusoidal"))
+    shipped, sv, tv, hist = load_or_train_toy_model(directory=tmp_path)  # 读随包附带的
+    assert list(tmp_path.iterdir()) == []  # 没有训练、没有写缓存
+    _assert_same_weights(toy[0], shipped, "sinusoidal")
+    assert hist.step_loss == toy[3].step_loss
 
 
 def test_toy_translation_reaches_95_percent_on_order_swapped_test_split(toy):
-    _, model, sv, tv, hist = toy
+    model, sv, tv, hist = toy
     data = load_toy_data()
     metrics = evaluate(model, data["test"], tv)
     assert metrics["exact_match"] >= 0.95, metrics
@@ -49,7 +90,7 @@ def test_toy_translation_reaches_95_percent_on_order_swapped_test_split(toy):
 
 
 def test_toy_beam_is_at_least_greedy_on_test_split(toy):
-    _, model, _, tv, _ = toy
+    model, _, tv, _ = toy
     test = load_toy_data()["test"]
     greedy = evaluate(model, test, tv)["exact_match"]
     beam = evaluate(model, test, tv, decode_fn=lambda m, src: beam_search(m, src, beam_size=4))["exact_match"]
@@ -58,7 +99,7 @@ def test_toy_beam_is_at_least_greedy_on_test_split(toy):
 
 def test_toy_beam_never_finds_a_less_likely_sentence_than_greedy(toy):
     """α=0 时束搜索的目标就是总 log 概率：它找到的句子不能比贪心的更不可能。"""
-    _, model, _, _, _ = toy
+    model = toy[0]
     test = load_toy_data()["test"]
     batch = make_batch(test)
     greedy = greedy_decode(model, batch.src)
@@ -68,14 +109,14 @@ def test_toy_beam_never_finds_a_less_likely_sentence_than_greedy(toy):
         assert gap.min().item() >= -1e-4, (k, gap.min().item())
 
 
-def test_toy_model_is_cached_and_loads_fast(toy):
-    d, model, sv, tv, hist = toy
+def test_toy_model_is_cached_and_loads_fast(tmp_path):
+    model, sv, tv, hist = load_or_train_toy_model(directory=tmp_path, **TINY)  # 训练并写缓存
+    assert len(list(tmp_path.glob("*.pt"))) == 1
     start = time.perf_counter()
-    again, sv2, tv2, hist2 = load_or_train_toy_model(epochs=TOY_TEST_EPOCHS, directory=d)
+    again, sv2, tv2, hist2 = load_or_train_toy_model(directory=tmp_path, **TINY)
     assert time.perf_counter() - start < 10
     assert sv2 == sv and tv2 == tv and hist2.to_dict() == hist.to_dict()
-    for a, b in zip(model.state_dict().values(), again.state_dict().values()):
-        assert torch.equal(a, b)
+    _assert_same_weights(model, again, "cache")
     assert not again.training
 
 
@@ -83,10 +124,10 @@ def test_training_leaves_the_callers_global_rng_untouched(tmp_path):
     torch.manual_seed(7)
     expected = torch.rand(3)
     torch.manual_seed(7)
-    load_or_train_toy_model(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)  # 现训练
+    load_or_train_toy_model(directory=tmp_path, **TINY)  # 现训练
     assert torch.equal(torch.rand(3), expected)
     torch.manual_seed(7)
-    load_or_train_toy_model(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)  # 读缓存
+    load_or_train_toy_model(directory=tmp_path, **TINY)  # 读缓存
     assert torch.equal(torch.rand(3), expected)
 
 
@@ -100,20 +141,23 @@ def test_training_recipe_overrides_get_their_own_cache_file(tmp_path):
 
 
 def test_corrupt_cache_is_retrained_with_a_warning(tmp_path):
-    model, *_ = load_or_train_toy_model(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)
+    model, *_ = load_or_train_toy_model(directory=tmp_path, **TINY)
     (path,) = tmp_path.glob("*.pt")
     path.write_bytes(b"garbage")
     with pytest.warns(UserWarning, match="无法读取"):
-        load_or_train_toy_model(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)
+        load_or_train_toy_model(directory=tmp_path, **TINY)
 
 
 def test_ablation_without_positional_encoding_fails_order_swapped_pairs(toy, tmp_path):
-    _, model, _, tv, _ = toy
     test = load_toy_data()["test"]
-    with_pe = evaluate(model, test, tv)["exact_match"]
-    ablated, *_ = load_or_train_toy_model("none", epochs=TOY_TEST_EPOCHS, directory=tmp_path)
+    tv = toy[2]
+    with_pe = evaluate(toy[0], test, tv)["exact_match"]
+    ablated, *_ = load_or_train_toy_model("none", cache=False)
     without_pe = evaluate(ablated, test, tv)["exact_match"]
     assert without_pe < 0.6 and without_pe <= with_pe - 0.3, (with_pe, without_pe)
+    _skip_unless_same_torch(shipped_checkpoint_path("none"))
+    shipped, *_ = load_or_train_toy_model("none", directory=tmp_path)
+    _assert_same_weights(ablated, shipped, "none")
 
 
 def test_cache_dir_env_override(monkeypatch, tmp_path):

@@ -3,12 +3,20 @@
 第 5–8 章都要一个训练好的小模型。第一次调用 :func:`load_or_train_toy_model` 会在 CPU 上
 训练它（单线程约半分钟），并把检查点存到用户缓存目录；之后的调用几秒内读回同一个模型。
 
-缓存目录：环境变量 ``TFORMER_CACHE`` 指定的目录；否则 ``$XDG_CACHE_HOME/tformer``；
-否则 ``~/.cache/tformer``。文件名包含配置与训练设置的指纹，改了任何一项都会重新训练。
+查找顺序：
 
-注意：本函数不改变 ``torch`` 的线程数（那是调用者的决定）；不同线程数下浮点累加顺序可能不同，
-重新训练出的权重在末几位上可能略有差异。训练前后全局随机状态（random / numpy / torch）保持不变，
-所以笔记本之后的随机结果与「读缓存」还是「现训练」无关。
+1. **随包附带的检查点**（``tformer_lib/checkpoints/``）：书中默认的两个模型（正弦位置编码、
+   无位置编码）已预先训练好随包发布，所以各章在任何机器上读到的都是逐位相同的权重——
+   不同线程数或 CPU 上重新训练，浮点累加顺序不同，权重会在末几位上略有差异；
+2. 用户缓存目录：环境变量 ``TFORMER_CACHE`` 指定的目录；否则 ``$XDG_CACHE_HOME/tformer``；
+   否则 ``~/.cache/tformer``；
+3. 都没有就现训练，并存进用户缓存目录。
+
+文件名包含配置、训练设置、种子与语料内容的指纹，改了任何一项都会重新训练。
+附带的检查点由 :func:`build_shipped_checkpoints` 在单线程下生成（改了默认配方后要重新生成）。
+
+本函数不改变 ``torch`` 的线程数（那是调用者的决定）。训练前后全局随机状态（random / numpy / torch）
+保持不变，所以笔记本之后的随机结果与模型从哪里来无关。
 """
 
 from __future__ import annotations
@@ -24,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
 from .config import TransformerConfig
 from .data.batching import encode_pairs
 from .data.toy_zh_en import ToyCorpus, make_toy_corpus
@@ -34,7 +41,16 @@ from .seed import set_seed
 from .training.checkpoint import CheckpointError, load_model, save_checkpoint
 from .training.trainer import History, Trainer
 
-__all__ = ["cache_dir", "toy_model_config", "load_toy_data", "load_or_train_toy_model", "TOY_TRAINING", "DEFAULT"]
+__all__ = [
+    "cache_dir",
+    "toy_model_config",
+    "load_toy_data",
+    "load_or_train_toy_model",
+    "TOY_TRAINING",
+    "DEFAULT",
+    "shipped_checkpoint_path",
+    "build_shipped_checkpoints",
+]
 
 #: 玩具模型的训练设置（改动任一项都会使缓存失效）
 TOY_TRAINING = {
@@ -58,6 +74,12 @@ class _Default:
 #: 训练设置参数的默认值标记：表示「用 TOY_TRAINING 里的值」（``clip_grad_norm=None`` 则表示不裁剪）
 DEFAULT = _Default()
 _CACHE_VERSION = 2  # 2：训练集加入全部名词短语（短语说完要输出 EOS）
+
+
+#: 随包附带的检查点所在目录
+SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
+#: 随包附带的配方：位置编码种类（其余全用默认值、seed=0）
+SHIPPED_POSITIONAL = ("sinusoidal", "none")
 
 
 def cache_dir() -> Path:
@@ -175,17 +197,20 @@ def _load_or_train(positional, epochs, seed, cache, retrain, directory, progress
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"epochs 应为正整数，收到 {epochs!r}")
         training["epochs"] = epochs
-    path = Path(directory).expanduser() if directory is not None else cache_dir()
-    path = path / f"toy_zh_en-{positional}-{_fingerprint(config, training, seed, data['corpus'])}.pt"
+    name = f"toy_zh_en-{positional}-{_fingerprint(config, training, seed, data['corpus'])}.pt"
+    path = (Path(directory).expanduser() if directory is not None else cache_dir()) / name
 
-    if cache and not retrain and path.exists():
-        try:
-            model, sv, tv, ckpt = load_model(path)
-            if sv == src_vocab and tv == tgt_vocab:
-                return model, sv, tv, History.from_dict(ckpt["extra"].get("history", {}))
-            warnings.warn(f"缓存 {path} 的词表与当前语料不一致，重新训练", stacklevel=3)
-        except CheckpointError as exc:
-            warnings.warn(f"缓存 {path} 无法读取（{exc}），重新训练", stacklevel=3)
+    if cache and not retrain:
+        for candidate in (SHIPPED_DIR / name, path):  # 先找随包附带的，再找用户缓存
+            if not candidate.exists():
+                continue
+            try:
+                model, sv, tv, ckpt = load_model(candidate)
+                if sv == src_vocab and tv == tgt_vocab:
+                    return model, sv, tv, History.from_dict(ckpt["extra"].get("history", {}))
+                warnings.warn(f"缓存 {candidate} 的词表与当前语料不一致，重新训练", stacklevel=3)
+            except CheckpointError as exc:
+                warnings.warn(f"缓存 {candidate} 无法读取（{exc}），重新训练", stacklevel=3)
 
     set_seed(seed)
     model = make_model(config)
@@ -201,3 +226,37 @@ def _load_or_train(positional, epochs, seed, cache, retrain, directory, progress
         save_checkpoint(path, model, src_vocab, tgt_vocab,
                         extra={"history": history.to_dict(), "training": training, "seed": seed})
     return model, src_vocab, tgt_vocab, history
+
+
+def shipped_checkpoint_path(positional: str = "sinusoidal") -> Path:
+    """默认配方（``load_or_train_toy_model(positional)``，其余参数全默认）对应的随包检查点路径。"""
+    data = load_toy_data(TOY_TRAINING["corpus_seed"])
+    config = toy_model_config(len(data["src_vocab"]), len(data["tgt_vocab"]), positional)
+    return SHIPPED_DIR / f"toy_zh_en-{positional}-{_fingerprint(config, dict(TOY_TRAINING), 0, data['corpus'])}.pt"
+
+
+def build_shipped_checkpoints(directory: str | os.PathLike | None = None) -> list[Path]:
+    """（维护者用）单线程训练默认配方的模型，写成随包附带的检查点，并删掉过时的旧文件。
+
+    改了 ``TOY_TRAINING``、:func:`toy_model_config` 或语料之后运行::
+
+        .venv/bin/python -c "from tformer_lib.pretrained import build_shipped_checkpoints as b; b()"
+    """
+    out_dir = Path(directory) if directory is not None else SHIPPED_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # 维护者的生成脚本：固定单线程，测试也在单线程下复现它
+    try:
+        written = []
+        for positional in SHIPPED_POSITIONAL:
+            target = out_dir / shipped_checkpoint_path(positional).name
+            model, sv, tv, history = load_or_train_toy_model(positional, cache=False)
+            save_checkpoint(target, model, sv, tv, extra={"history": history.to_dict(), "training": dict(TOY_TRAINING),
+                                                          "seed": 0, "threads": 1})
+            written.append(target)
+        for old in out_dir.glob("toy_zh_en-*.pt"):
+            if old not in written:
+                old.unlink()
+        return written
+    finally:
+        torch.set_num_threads(previous)

@@ -67,6 +67,9 @@ def save_checkpoint(
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp 建的是 0600；改成普通文件的权限（受 umask 约束）
         os.replace(tmp, path)  # 原子改名：读者要么看到旧文件，要么看到完整的新文件
     except BaseException:
         if os.path.exists(tmp):
