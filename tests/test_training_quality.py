@@ -16,6 +16,7 @@ from tformer_lib.decoding import beam_search, greedy_decode, sequence_log_probs,
 from tformer_lib.pretrained import (
     SHIPPED_POSITIONAL,
     cache_dir,
+    cpu_fingerprint,
     load_or_train_toy_model,
     load_toy_data,
     shipped_checkpoint_path,
@@ -63,6 +64,9 @@ def _skip_unless_same_torch(path):
     recorded = load_checkpoint(path)["torch_version"]
     if recorded != str(torch.__version__):
         pytest.skip(f"随包检查点由 torch {recorded} 生成，这里是 {torch.__version__}：逐位比较无意义")
+    recorded_cpu = load_checkpoint(path)["extra"].get("cpu")
+    if recorded_cpu != cpu_fingerprint():
+        pytest.skip(f"随包检查点在另一种 CPU（{recorded_cpu}）上生成，这里是 {cpu_fingerprint()}：逐位比较无意义")
     if torch.get_num_threads() != 1:
         pytest.skip("逐位复现要求单线程（tests/conftest.py 会设为 1）")
 

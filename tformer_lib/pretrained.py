@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import random
 import warnings
 from contextlib import contextmanager
@@ -235,6 +236,17 @@ def shipped_checkpoint_path(positional: str = "sinusoidal") -> Path:
     return SHIPPED_DIR / f"toy_zh_en-{positional}-{_fingerprint(config, dict(TOY_TRAINING), 0, data['corpus'])}.pt"
 
 
+def cpu_fingerprint() -> str:
+    """CPU 型号与 torch 选用的指令集（如 AVX2、AVX512）：浮点结果逐位可复现只在同一指纹下成立。"""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model} | {torch.backends.cpu.get_cpu_capability()}"
+
+
 def build_shipped_checkpoints(directory: str | os.PathLike | None = None) -> list[Path]:
     """（维护者用）单线程训练默认配方的模型，写成随包附带的检查点，并删掉过时的旧文件。
 
@@ -252,7 +264,8 @@ def build_shipped_checkpoints(directory: str | os.PathLike | None = None) -> lis
             target = out_dir / shipped_checkpoint_path(positional).name
             model, sv, tv, history = load_or_train_toy_model(positional, cache=False)
             save_checkpoint(target, model, sv, tv, extra={"history": history.to_dict(), "training": dict(TOY_TRAINING),
-                                                          "seed": 0, "threads": 1})
+                                                          "seed": 0, "threads": 1,
+                                                          "cpu": cpu_fingerprint()})
             written.append(target)
         for old in out_dir.glob("toy_zh_en-*.pt"):
             if old not in written:
