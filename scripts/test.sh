@@ -7,6 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 # 与其他进程共享 2 个核时，单线程的 torch 反而更快且结果逐位稳定（见 DESIGN §6）。
 export TFORMER_THREADS="${TFORMER_THREADS:-1}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+export PYTHONHASHSEED=0  # 与 scripts/execute_notebooks.py 相同：集合的迭代顺序不随运行变化
 
 echo "== 1/3 单元测试与笔记本回归（pytest + nbval）"
 nbval_args=(--nbval --nbval-current-env)
