@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from ._checks import bool_mask, non_empty_sequence, positive_int
+from ._checks import attention_inputs, bool_mask, positive_int
 
 __all__ = ["online_softmax", "tiled_attention"]
 
@@ -86,15 +86,7 @@ def tiled_attention(
     ``return_trace=True`` 时还返回每块之后的 ``{"m", "l", "start", "stop"}`` 列表
     （``m``、``l`` 形状 ``(..., T_q)``），供画图。
     """
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.dim() < 2:
-            raise ValueError(f"{name} must be a tensor of shape (..., T, d), got {getattr(x, 'shape', type(x))}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the last dimension d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length T_k, got k {tuple(k.shape)} and v {tuple(v.shape)}")
-    non_empty_sequence("q", q)
-    non_empty_sequence("k", k)
+    attention_inputs(q, k, v)  # 与显式路径相同的形状检查
     positive_int("block_size", block_size)
     t_q, t_k = q.shape[-2], k.shape[-2]
     batch_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
