@@ -9,3 +9,17 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def tiny_model_attention():
+    """一个 2+1 层的小模型跑一次前向后留下的注意力权重（画图与控件测试共用）。"""
+    from tformer_lib import TransformerConfig, make_model
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, d_ff=32,
+                            n_encoder_layers=2, n_decoder_layers=1, dropout=0.0)
+    model = make_model(cfg).eval()
+    with torch.no_grad():
+        model(torch.tensor([[5, 6, 7, 8]]), torch.tensor([[1, 9, 10]]))
+    return model.attention_weights()

@@ -270,20 +270,8 @@ def test_history_accepts_the_trainer_history():
     assert len(fig.axes) == 6 and sum(ax.get_visible() for ax in fig.axes) == 4  # 每行最多 3 幅
 
 
-def _tiny_model_attention():
-    from tformer_lib import TransformerConfig, make_model
-
-    torch.manual_seed(0)
-    cfg = TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, d_ff=32,
-                            n_encoder_layers=2, n_decoder_layers=1, dropout=0.0)
-    model = make_model(cfg).eval()
-    with torch.no_grad():
-        model(torch.tensor([[5, 6, 7, 8]]), torch.tensor([[1, 9, 10]]))
-    return model.attention_weights()
-
-
-def test_model_attention_labels_follow_the_kind():
-    att = _tiny_model_attention()
+def test_model_attention_labels_follow_the_kind(tiny_model_attention):
+    att = tiny_model_attention
     src, tgt = "人工智能", ["<bos>", "Artificial", "Intelligence"]
     fig = _render(P.plot_model_attention(att, src, tgt, kind="decoder_cross", head=1))
     ax = fig.axes[0]

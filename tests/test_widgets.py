@@ -106,20 +106,8 @@ def test_mask_and_lr_explorers_pass_their_controls_through():
         W.make_explorer(plot_positional_curves, {"d_model": widgets.Button(description="x")})
 
 
-def _tiny_model_attention():
-    from tformer_lib import TransformerConfig, make_model
-
-    torch.manual_seed(0)
-    cfg = TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2, d_ff=32,
-                            n_encoder_layers=2, n_decoder_layers=1, dropout=0.0)
-    model = make_model(cfg).eval()
-    with torch.no_grad():
-        model(torch.tensor([[5, 6, 7, 8]]), torch.tensor([[1, 9, 10]]))
-    return model.attention_weights()
-
-
-def test_model_attention_explorer_switches_kind_and_clamps_layer():
-    att = _tiny_model_attention()
+def test_model_attention_explorer_switches_kind_and_clamps_layer(tiny_model_attention):
+    att = tiny_model_attention
     ex = W.model_attention_explorer(att, "人工智能", ["<bos>", "Artificial", "Intelligence"], kind="encoder_self", layer=1)
     assert ex.controls["layer"].max == 1
     ex.update(kind="decoder_self")
