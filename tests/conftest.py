@@ -1,5 +1,7 @@
 """测试公共设置：单线程（2 核机器上与其他进程并行时单线程更稳）与固定种子。"""
 
+import io
+
 import pytest
 import torch
 
@@ -23,3 +25,18 @@ def tiny_model_attention():
     with torch.no_grad():
         model(torch.tensor([[5, 6, 7, 8]]), torch.tensor([[1, 9, 10]]))
     return model.attention_weights()
+
+
+@pytest.fixture
+def render():
+    """把 Figure 真正栅格化成 PNG 并返回它。
+
+    库的图不经过 pyplot，``Figure.canvas`` 是 ``FigureCanvasBase``，它的 ``draw()`` 什么也不画；
+    只有真正渲染，缺字（Glyph missing）之类的警告才会出现，配合 ``filterwarnings("error")`` 才有意义。
+    """
+
+    def _render(fig):
+        fig.savefig(io.BytesIO(), format="png", dpi=40)
+        return fig
+
+    return _render

@@ -1,13 +1,15 @@
 """第 2 章的距离曲线：每个 d_model 一条线、数值与库的位置编码一致、与起点无关、坏输入报清楚的错。"""
 
-import warnings
-
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
 from tformer_lib import sinusoidal_positional_encoding
 from tformer_lib.plotting.ch02 import plot_position_distance
+
+
+# 本文件的每个测试里，任何警告（包括缺字 “Glyph missing”）都算失败。
+pytestmark = pytest.mark.filterwarnings("error")
 
 
 def test_one_curve_per_d_model_matching_the_library():
@@ -27,13 +29,11 @@ def test_distance_does_not_depend_on_start():
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_draws_into_given_axes_without_missing_glyphs():
+def test_draws_into_given_axes_without_missing_glyphs(render):
     outer = Figure()
     ax = outer.add_subplot()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # “Glyph missing” 警告会变成错误
-        assert plot_position_distance(max_offset=10, ax=ax) is outer
-        outer.canvas.draw()
+    assert plot_position_distance(max_offset=10, ax=ax) is outer
+    render(outer)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,5 @@
 """第 4 章的图：能画、不缺字、数据与输入对得上、参数错误时给出清楚的报错。"""
 
-import warnings
-
 import numpy as np
 import pytest
 import torch
@@ -15,16 +13,13 @@ from tformer_lib.plotting.ch04 import (
 )
 
 
-def _draw(fig):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # 缺字（Glyph missing）警告会变成错误
-        fig.canvas.draw()
-    return fig
+# 本文件的每个测试里，任何警告（包括缺字 “Glyph missing”）都算失败。
+pytestmark = pytest.mark.filterwarnings("error")
 
 
-def test_head_split_panels_are_column_slices():
+def test_head_split_panels_are_column_slices(render):
     x = torch.arange(6 * 8, dtype=torch.float32).reshape(6, 8)
-    fig = _draw(plot_head_split(x, 4, "我爱人工智能", name="Q"))
+    fig = render(plot_head_split(x, 4, "我爱人工智能", name="Q"))
     top, *heads = fig.axes[:5]
     assert len(heads) == 4
     np.testing.assert_allclose(top.images[0].get_array(), x.numpy())
@@ -42,8 +37,8 @@ def test_head_split_rejects_bad_input(x, h, msg):
         plot_head_split(x, h)
 
 
-def test_activation_curves_match_torch():
-    fig = _draw(plot_activation_curves(("relu", "gelu", "gelu_tanh"), x_min=-2, x_max=2, n_points=5))
+def test_activation_curves_match_torch(render):
+    fig = render(plot_activation_curves(("relu", "gelu", "gelu_tanh"), x_min=-2, x_max=2, n_points=5))
     lines = fig.axes[0].get_lines()[:3]
     xs = torch.linspace(-2, 2, 5, dtype=torch.float64)
     np.testing.assert_allclose(lines[0].get_ydata(), torch.relu(xs).numpy())
@@ -54,8 +49,8 @@ def test_activation_curves_match_torch():
         plot_activation_curves(x_min=1, x_max=0)
 
 
-def test_param_share_bars_sum_to_total():
-    fig = _draw(plot_param_share({"注意力": 100, "前馈网络 FFN": 200, "LayerNorm": 4}))
+def test_param_share_bars_sum_to_total(render):
+    fig = render(plot_param_share({"注意力": 100, "前馈网络 FFN": 200, "LayerNorm": 4}))
     ax = fig.axes[0]
     assert [round(p.get_width()) for p in ax.patches] == [100, 200, 4]
     assert ax.get_xlim() == (0.0, 304.0)
@@ -65,10 +60,10 @@ def test_param_share_bars_sum_to_total():
         plot_param_share({"a": -1})
 
 
-def test_norm_placement_and_layer_curves():
-    fig = _draw(plot_norm_placement())
+def test_norm_placement_and_layer_curves(render):
+    fig = render(plot_norm_placement())
     assert [ax.get_title().split("\n")[0] for ax in fig.axes] == ["后置归一化 post-LN", "前置归一化 pre-LN"]
-    fig = _draw(plot_layer_curves({"向量长度": {"post-LN": [1, 1, 1], "pre-LN": [1, 2, 3]}, "梯度": {"x": [3, 2]}},
+    fig = render(plot_layer_curves({"向量长度": {"post-LN": [1, 1, 1], "pre-LN": [1, 2, 3]}, "梯度": {"x": [3, 2]}},
                                   title="对比", logy=True))
     assert len(fig.axes) == 2
     np.testing.assert_allclose(fig.axes[0].lines[1].get_ydata(), [1, 2, 3])
