@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from ._checks import non_empty_sequence, tensor_with_dim
+from .attention import MultiHeadAttention
 from .config import TransformerConfig
 from .embedding import TokenEmbedding
 from .kv_cache import KVCache
@@ -154,7 +155,7 @@ class Transformer(nn.Module):
         """在显式路径（返回权重）与快速路径之间切换所有注意力模块。"""
         self.config.fast_attention = bool(fast)
         for module in self.modules():
-            if hasattr(module, "attn_weights"):
+            if isinstance(module, MultiHeadAttention):
                 module.fast = bool(fast)
 
     def attention_weights(self) -> dict[str, list[torch.Tensor | None]]:
