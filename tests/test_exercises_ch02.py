@@ -17,11 +17,11 @@ def _returns_none(*args):
 
 
 @pytest.mark.parametrize("checker", [check_wavelength, check_shift_rotation, check_order_blindness_test])
-@pytest.mark.parametrize("fn", [_stub, _returns_none])
-def test_stub_reports_not_done_without_raising(checker, fn, capsys):
-    result = checker(fn)
+def test_stub_reports_not_done_without_raising(checker, capsys):
+    result = checker(_stub)
     assert result.pending and not result.passed
     assert "尚未完成" in capsys.readouterr().out
+    assert checker(_returns_none).mistake == "returned_none"
 
 
 @pytest.mark.parametrize("checker", [check_wavelength, check_shift_rotation, check_order_blindness_test])

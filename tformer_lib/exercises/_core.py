@@ -2,38 +2,55 @@
 
 读者在笔记本里写一个函数，检查器用几组性质测试（property test）去调用它，然后打印一行中文结论：
 
-- 函数还是桩（stub）——抛出 ``NotImplementedError`` 或返回 ``None``：打印 “⏳ 尚未完成……”，**不抛异常**，
+- 函数还是桩（stub）——抛出 ``NotImplementedError``：打印 “⏳ 尚未完成……”，**不抛异常**，
   这样提交的笔记本能在 CI 里从头跑到尾；
+- 函数返回了 ``None``（多半是忘了写 ``return``）：打印 “❌ …… 函数返回了 None”，与桩分开；
 - 全部通过：打印 “✅ 通过……”；
-- 未通过：打印 “❌ ……” 和一句点名错误的提示（hint），例如“忘了除以 √d_k”。
+- 未通过：打印 “❌ ……” 和一句点名错误的提示（hint），例如“忘了除以 √d_k”；
+- 读者的函数自己抛出异常：“❌ …… 你的函数抛出了 KeyError：……”；
+- 检查器**自己**出错（不是读者的函数抛的）：“⚠️ 检查器出错……”，不怪读者（``status == "error"``）。
 
 检查器返回 :class:`CheckResult`（``.passed`` 为 True/False），结果已经打印过，所以在笔记本里
 它作为单元格最后一个表达式时不会再显示一遍。
 
-章节作者写自己的检查器（放在 ``tformer_lib/exercises/chNN.py``）只需要三样东西::
+章节作者写自己的检查器（放在 ``tformer_lib/exercises/chNN.py``）::
 
-    from tformer_lib.exercises._core import Mistake, Variant, compare, run_checks
+    from tformer_lib.exercises._core import Variant, compare, random_cases, draw_int, randn, run_checks
 
     def check_relu(fn):
         def values(f):
-            x = torch.tensor([-2.0, 0.0, 3.0])
-            compare(f(x), torch.relu(x), variants=[Variant("abs", "用了绝对值而不是把负数截成 0", x.abs())])
+            for g in random_cases(5, seed=1):              # 几组随机的情形与大小，不只是书里的例子
+                x = randn(draw_int(g, 1, 4), draw_int(g, 2, 9), generator=g)
+                compare(f(x), torch.relu(x), variants=[Variant("abs", "用了绝对值而不是把负数截成 0", x.abs())])
         return run_checks("ReLU", fn, [("数值与 torch.relu 一致", values)])
 
-``compare`` 把读者的输出与参考答案比较；不一致时，若恰好等于某个“已知错误写法”（:class:`Variant`）的输出，
-就用那个错误的提示，否则给通用提示。检查函数里也可以直接 ``raise Mistake("提示", key="...")``。
+规则（每个检查器都要做到；``tests/test_checkers_shared.py`` 逐条检查）：
+
+1. 用几组随机情形和大小（:func:`random_cases`、:func:`draw_int`、:func:`randn`），不要只用本章的例子——
+   写死答案的函数必须不通过；
+2. 读者返回的数用 :func:`as_number` / :func:`as_int` / :func:`as_bool` / :func:`compare_number` 读取：
+   Python int/float、NumPy 标量、0 维（单元素）张量都接受，字符串被拒绝并给出提示；
+3. 检查函数里直接 ``raise Mistake("提示", key="...")`` 报告读者的错误；``compare`` 把读者的输出与参考答案比较，
+   不一致时若恰好等于某个“已知错误写法”（:class:`Variant`）的输出，就用那个错误的提示；
+4. 读者返回的对象（模块、闭包）要再调用时，放在 ``with student_code():`` 里，它抛的异常才算读者的；
+5. 检查器运行时不改变全局随机状态（``run_checks`` 已经负责：torch、``random``、NumPy 的全局状态都原样恢复），
+   并且每次运行结果相同（检查开始前固定 torch 的种子）。
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-PENDING, PASSED, FAILED = "pending", "passed", "failed"
+PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"
+
+_STUDENT = "_tformer_raised_by_student"  # 读者代码抛出的异常带这个属性
 
 
 class Mistake(Exception):
@@ -46,7 +63,7 @@ class Mistake(Exception):
 
 
 class _Pending(Exception):
-    """读者的函数仍是桩（抛 NotImplementedError 或返回 None）。"""
+    """读者的函数仍是桩（抛 NotImplementedError）。"""
 
 
 @dataclass(frozen=True)
@@ -60,7 +77,7 @@ class Variant:
 
 @dataclass
 class CheckResult:
-    """一次检查的结果。``status`` 为 ``"pending"``、``"passed"`` 或 ``"failed"``。"""
+    """一次检查的结果。``status`` 为 ``"pending"``、``"passed"``、``"failed"`` 或 ``"error"``（检查器自己出错）。"""
 
     title: str
     status: str
@@ -71,7 +88,7 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        """全部检查通过时为 True（桩与未通过都是 False）。"""
+        """全部检查通过时为 True（桩、未通过、检查器出错都是 False）。"""
         return self.status == PASSED
 
     @property
@@ -90,20 +107,79 @@ class CheckResult:
         """结论已经打印过；在笔记本里作为最后一个表达式时不再重复显示。"""
 
 
+# ---------------------------------------------------------------- 读者的代码
+
+
+def _mark_student(exc: BaseException) -> BaseException:
+    try:
+        setattr(exc, _STUDENT, True)
+    except (AttributeError, TypeError):  # pragma: no cover - 极少数不能加属性的异常
+        pass
+    return exc
+
+
+def raised_by_student(exc: BaseException) -> bool:
+    """``exc`` 是不是读者的代码抛出的（而不是检查器自己）。"""
+    return bool(getattr(exc, _STUDENT, False))
+
+
+@contextlib.contextmanager
+def student_code() -> Iterator[None]:
+    """在这个块里抛出的异常算作读者代码的异常（例如调用读者返回的模块或闭包时）。
+
+    ``NotImplementedError`` 表示读者还没写完（→ ⏳）；其他异常原样抛出，但带上“读者的”标记，
+    这样检查函数仍可以 ``except KeyError`` 给出专门的提示，``run_checks`` 也知道不是检查器自己出错。
+    """
+    try:
+        yield
+    except (_Pending, Mistake):
+        raise
+    except NotImplementedError as exc:
+        raise _Pending() from exc
+    except Exception as exc:
+        raise _mark_student(exc)
+
+
+_NONE_HINT = ("函数返回了 None：是不是忘了写 return？把算出的结果 return 出来"
+              "（如果你还没开始做，保留 raise NotImplementedError 即可）")
+
+
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """包装读者的函数：桩 → _Pending。"""
+    """包装读者的函数：桩 → _Pending；返回 None → Mistake("returned_none")；抛出的异常带上“读者的”标记。"""
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        try:
+        with student_code():
             out = fn(*args, **kwargs)
-        except NotImplementedError as exc:
-            raise _Pending() from exc
         if out is None:
-            raise _Pending()
+            raise Mistake(_NONE_HINT, key="returned_none")
         return out
 
     wrapped.__name__ = getattr(fn, "__name__", "fn")
     return wrapped
+
+
+@contextlib.contextmanager
+def _isolated_rng(seed: int = 0) -> Iterator[None]:
+    """检查期间固定 torch 的种子；结束后把 torch、``random``、NumPy 的全局随机状态原样恢复。"""
+    py_state = random.getstate()
+    try:
+        import numpy as np
+
+        np_state = np.random.get_state()
+    except ImportError:  # pragma: no cover
+        np, np_state = None, None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            if np is not None:
+                np.random.set_state(np_state)
+
+
+def _failed(title: str, desc: str, hint: str, key: str, done: list[str]) -> CheckResult:
+    return CheckResult(title, FAILED, f"❌ 未通过：{title}（检查“{desc}”）\n   提示：{hint}", hint, key, list(done))
 
 
 def run_checks(
@@ -115,30 +191,42 @@ def run_checks(
 ) -> CheckResult:
     """依次运行 ``checks``（每项是 ``(说明, 检查函数)``，检查函数接收被包装过的读者函数），打印并返回结论。
 
-    - 读者函数抛 ``NotImplementedError`` 或返回 ``None`` → “⏳ 尚未完成”（pending），不抛异常；
+    - 读者函数抛 ``NotImplementedError`` → “⏳ 尚未完成”（pending），不抛异常；
+    - 读者函数返回 ``None`` → “❌ 函数返回了 None”（``mistake == "returned_none"``）；
     - 检查函数抛 :class:`Mistake` → “❌” + 它的提示；抛 ``AssertionError`` → “❌” + 断言信息；
-    - 读者函数自己抛出其他异常 → “❌” + 异常类型与信息（不打印回溯，输出保持稳定）。
+    - 读者函数自己抛出其他异常 → “❌” + 异常类型与信息（不打印回溯，输出保持稳定）；
+    - 检查器自己的代码出错 → “⚠️ 检查器出错”（``status == "error"``），提示里说明这不一定是读者的错。
+
+    任何情况下都不抛异常（``fn`` 不是函数时也只打印 ❌）。
     """
-    if not callable(fn):
-        raise TypeError(f"要检查的应是一个函数，收到 {type(fn).__name__}")
-    guarded = _guard(fn)
     done: list[str] = []
     result: CheckResult | None = None
-    for desc, check in checks:
+    if not callable(fn):
+        hint = f"要检查的应是一个函数，收到的是 {type(fn).__name__}：把函数名本身传进来（不要加括号调用它）"
+        result = CheckResult(title, FAILED, f"❌ 未通过：{title}\n   提示：{hint}", hint, "not_callable")
+    guarded = _guard(fn) if callable(fn) else fn
+    for desc, check in checks if result is None else ():
         try:
-            check(guarded)
+            with _isolated_rng():
+                check(guarded)
         except _Pending:
             result = CheckResult(title, PENDING, f"⏳ 尚未完成：{title}——把函数里的 raise NotImplementedError 换成你的实现，再运行本单元。")
         except Mistake as exc:
-            result = CheckResult(title, FAILED, f"❌ 未通过：{title}（检查“{desc}”）\n   提示：{exc.hint}", exc.hint, exc.key, done)
+            result = _failed(title, desc, exc.hint, exc.key or "values", done)
         except AssertionError as exc:
-            hint = str(exc) or "结果与参考答案不一致"
-            result = CheckResult(title, FAILED, f"❌ 未通过：{title}（检查“{desc}”）\n   提示：{hint}", hint, "assertion", done)
-        except Exception as exc:  # 读者代码里的任何错误都转成结论，不让笔记本中断
-            hint = f"你的函数抛出了 {type(exc).__name__}：{str(exc).rstrip('. ')}"
-            if isinstance(exc, RuntimeError) and "view" in str(exc) and "contiguous" in str(exc):
-                hint += "。transpose 之后的张量在内存里不连续：先 .contiguous() 再 .view，或者直接用 .reshape"
-            result = CheckResult(title, FAILED, f"❌ 未通过：{title}（检查“{desc}”）\n   提示：{hint}", hint, "exception", done)
+            result = _failed(title, desc, str(exc) or "结果与参考答案不一致", "assertion", done)
+        except Exception as exc:  # 任何错误都转成结论，不让笔记本中断
+            text = str(exc).strip().rstrip("。. ")
+            if raised_by_student(exc):
+                hint = f"你的函数抛出了 {type(exc).__name__}：{text}"
+                if isinstance(exc, RuntimeError) and "view" in text and "contiguous" in text:
+                    hint += "。transpose 之后的张量在内存里不连续：先 .contiguous() 再 .view，或者直接用 .reshape"
+                result = _failed(title, desc, hint, "exception", done)
+            else:
+                hint = (f"检查器在处理你的返回值时自己出错了（{type(exc).__name__}：{text}）。"
+                        "先对照题目确认返回值的类型和形状；如果都没问题，这是检查器的毛病，不是你的")
+                result = CheckResult(title, ERROR, f"⚠️ 检查器出错：{title}（检查“{desc}”）\n   提示：{hint}",
+                                     hint, "checker_error", list(done))
         if result is not None:
             break
         done.append(desc)
@@ -149,94 +237,67 @@ def run_checks(
     return result
 
 
-# ---------------------------------------------------------------- 比较工具
+# ---------------------------------------------------------------- 随机情形
 
 
-def as_tensor(x: Any, what: str = "结果") -> torch.Tensor:
-    """把读者的返回值转成 float64 张量；不是张量/数组时抛 :class:`Mistake`。"""
-    if isinstance(x, torch.Tensor):
-        return x.detach().to(torch.float64) if x.dtype != torch.bool else x.detach()
-    try:
-        import numpy as np
-
-        if isinstance(x, np.ndarray):
-            return torch.from_numpy(x).to(torch.float64) if x.dtype != bool else torch.from_numpy(x)
-    except ImportError:  # pragma: no cover
-        pass
-    raise Mistake(f"{what}应是 torch 张量（Tensor），你返回的是 {type(x).__name__}", key="type")
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
-    if a.shape != b.shape:
-        return False
-    if a.dtype == torch.bool or b.dtype == torch.bool:
-        return bool((a.bool() == b.bool()).all()) if a.dtype == b.dtype else False
-    a, b = a.to(torch.float64), b.to(torch.float64)
-    both_nan = torch.isnan(a) & torch.isnan(b)
-    ok = torch.isclose(a, b, atol=atol, rtol=rtol) | both_nan
-    return bool(ok.all())
-
-
-def compare(
-    actual: Any,
-    expected: Any,
-    *,
-    variants: Sequence[Variant] = (),
-    what: str = "结果",
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-    default_hint: str | None = None,
-) -> None:
-    """比较读者的输出与参考答案；不一致时抛出点名错误的 :class:`Mistake`。
-
-    顺序：类型 → 与参考一致则返回 → 与某个已知错误写法（``variants``）一致则用它的提示 →
-    出现 NaN/inf → 形状不同 → 通用提示 ``default_hint``。
-    """
-    got = as_tensor(actual, what)
-    ref = as_tensor(expected, "参考答案")
-    if _close(got, ref, atol, rtol):
-        return
-    for v in variants:
-        if _close(got, as_tensor(v.value, v.key), atol, rtol):
-            raise Mistake(v.hint, key=v.key)
-    if got.dtype != torch.bool and not bool(torch.isfinite(got).all()):
-        raise Mistake(f"{what}里出现了 NaN 或 inf", key="nonfinite")
-    if got.shape != ref.shape:
-        raise Mistake(f"{what}的形状应为 {tuple(ref.shape)}，你的是 {tuple(got.shape)}", key="shape")
-    if got.dtype == torch.bool:
-        bad = (got != ref).nonzero()[:3].tolist()
-        raise Mistake(default_hint or f"{what}有 {int((got != ref).sum())} 个位置不对，例如下标 {bad}", key="values")
-    err = float((got - ref).abs().max())
-    raise Mistake(default_hint or f"{what}的数值不对（与参考答案最大相差 {err:.3g}）", key="values")
-
-
-def expect_shape(actual: Any, shape: Sequence[int], what: str = "结果", hint: str | None = None) -> None:
-    """检查形状，不符时抛 :class:`Mistake`（key="shape"）。"""
-    got = as_tensor(actual, what)
-    if tuple(got.shape) != tuple(shape):
-        raise Mistake(hint or f"{what}的形状应为 {tuple(shape)}，你的是 {tuple(got.shape)}", key="shape")
-
-
-def expect_dtype(actual: Any, dtype: torch.dtype, what: str = "结果", hint: str | None = None) -> None:
-    """检查 dtype（例如掩码必须是 ``torch.bool``）。"""
-    if not isinstance(actual, torch.Tensor):
-        raise Mistake(f"{what}应是 torch 张量（Tensor），你返回的是 {type(actual).__name__}", key="type")
-    if actual.dtype != dtype:
-        raise Mistake(hint or f"{what}的 dtype 应为 {dtype}，你的是 {actual.dtype}", key="dtype")
-
-
-def generator(seed: int = 0) -> torch.Generator:
-    """检查器专用的随机数生成器：不动全局随机状态，笔记本后面的随机结果不受检查器影响。"""
+def _new_generator(seed: int) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(seed)
     return g
 
 
-def randn(*shape: int, seed: int = 0) -> torch.Tensor:
-    """用 :func:`generator` 生成的标准正态张量（float32）。"""
-    return torch.randn(*shape, generator=generator(seed))
+def generator(seed: int = 0) -> torch.Generator:
+    """检查器专用的随机数生成器：不动全局随机状态，笔记本后面的随机结果不受检查器影响。"""
+    return _new_generator(seed)
+
+
+def random_cases(n: int = 6, *, seed: int = 0) -> list[torch.Generator]:
+    """``n`` 个互相独立、可复现的生成器，每个对应一组随机情形：``for g in random_cases(5): ...``。"""
+    if n < 1:
+        raise ValueError(f"n={n} 应至少为 1")
+    return [_new_generator(1_000_003 * seed + k) for k in range(n)]
+
+
+def draw_int(g: torch.Generator, low: int, high: int) -> int:
+    """从 ``[low, high]``（两端都含）里均匀抽一个整数。"""
+    if high < low:
+        raise ValueError(f"high={high} 小于 low={low}")
+    return int(torch.randint(low, high + 1, (1,), generator=g).item())
+
+
+def draw_choice(g: torch.Generator, options: Sequence[Any]) -> Any:
+    """从 ``options`` 里均匀抽一个。"""
+    if len(options) == 0:
+        raise ValueError("options 不能为空")
+    return options[draw_int(g, 0, len(options) - 1)]
+
+
+def randn(*shape: int, seed: int = 0, generator: torch.Generator | None = None) -> torch.Tensor:
+    """标准正态张量（float32）：给 ``generator`` 就用它，否则用种子 ``seed`` 的新生成器（都不动全局随机状态）。"""
+    g = generator if generator is not None else _new_generator(seed)
+    return torch.randn(*shape, generator=g)
 
 
 def is_close_number(a: float, b: float, tol: float = 1e-6) -> bool:
     """两个标量是否近似相等。"""
     return math.isclose(float(a), float(b), rel_tol=tol, abs_tol=tol)
+
+
+# 读取与比较读者返回值的工具在 _compare.py；从这里也能导入，章节检查器只需 ``from ._core import ...``。
+from tformer_lib.exercises._compare import (  # noqa: E402  (循环导入：_compare 需要上面的 Mistake/Variant)
+    as_bool,
+    as_int,
+    as_number,
+    as_tensor,
+    compare,
+    compare_number,
+    expect_dtype,
+    expect_shape,
+)
+
+__all__ = [
+    "CheckResult", "Mistake", "Variant", "run_checks", "student_code", "raised_by_student",
+    "as_bool", "as_int", "as_number", "as_tensor", "compare", "compare_number", "expect_dtype", "expect_shape",
+    "generator", "random_cases", "draw_int", "draw_choice", "randn", "is_close_number",
+    "PENDING", "PASSED", "FAILED", "ERROR",
+]
