@@ -12,6 +12,7 @@ from .kv_cache import AttentionCache, KVCache
 from .layers import DecoderLayer, EncoderLayer, ResidualNorm
 from .masks import causal_mask, combine_masks, padding_mask, target_mask
 from .model import Decoder, Encoder, Generator, Transformer, count_parameters, make_model
+from .norms import RMSNorm, make_norm
 from .positional import (
     LearnedPositionalEmbedding,
     NoPositionalEncoding,
@@ -113,6 +114,9 @@ from .data import (
 )
 from .decoding import beam_search, greedy_decode, ids_to_lists, sample_decode, sequence_log_probs, translate
 from .pretrained import cache_dir, load_or_train_toy_model, load_toy_data, toy_model_config
+
+# --- Part 3: decoder-only language model ---
+from .lm import DecoderOnlyLM, LMCache, LMConfig, generate, make_lm
 from .training import (
     CheckpointError,
     History,

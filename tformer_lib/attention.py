@@ -13,6 +13,7 @@ from torch import nn
 
 from ._checks import attention_inputs, bool_mask, non_empty_sequence, positive_int, tensor_with_dim
 from .kv_cache import AttentionCache
+from .positional import apply_rope
 
 
 def scaled_dot_product_attention(
@@ -74,27 +75,71 @@ class MultiHeadAttention(nn.Module):
 
     属性 ``w_q, w_k, w_v, w_o`` 就是论文中的 W^Q、W^K、W^V、W^O（各一个 ``nn.Linear(d_model, d_model)``）。
     显式路径下，``attn_weights`` 保存最近一次的注意力权重 ``(B, h, T_q, T_k)``；快速路径下为 ``None``。
+
+    现代大模型的两个扩展（默认关闭，关闭时与论文完全相同）：
+
+    - 分组查询注意力（grouped-query attention, GQA）：``n_kv_heads`` 个 K/V 头由 ``n_heads / n_kv_heads`` 个
+      查询头共用，``w_k``/``w_v`` 只投影到 ``n_kv_heads · d_k`` 维，K/V 缓存也只存这么多；
+      ``n_kv_heads=1`` 即多查询注意力（multi-query attention, MQA），``n_kv_heads=n_heads`` 即普通 MHA。
+      第 i 个查询头用第 ``i // (n_heads / n_kv_heads)`` 个 K/V 头。
+    - 旋转位置编码（RoPE）：``rope=True`` 时在打分前用 :func:`~tformer_lib.positional.apply_rope` 旋转每个头的
+      q 与 k（只用于自注意力）；位置默认从缓存长度接着数，也可由 ``positions`` 给出。
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, fast: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        fast: bool = False,
+        n_kv_heads: int | None = None,
+        rope: bool = False,
+        rope_base: float = 10000.0,
+    ):
         super().__init__()
         positive_int("d_model", d_model)
         positive_int("n_heads", n_heads)
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        n_kv_heads = n_heads if n_kv_heads is None else positive_int("n_kv_heads", n_kv_heads)
+        if n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_heads={n_heads} 不能被 n_kv_heads={n_kv_heads} 整除：每组查询头的个数必须是整数")
+        if rope and self.d_k % 2 != 0:
+            raise ValueError(f"RoPE 要求每头维度 d_k 为偶数，收到 d_k={self.d_k}（d_model={d_model}, n_heads={n_heads}）")
+        self.n_kv_heads = n_kv_heads
+        self.rope, self.rope_base = bool(rope), float(rope_base)
         self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, n_kv_heads * self.d_k)  # GQA 时比 d_model 窄
+        self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k)
         self.w_o = nn.Linear(d_model, d_model)
         self.dropout = nn.Dropout(dropout)
         self.fast = fast
         self.attn_weights: torch.Tensor | None = None
 
-    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, T, d_model)`` → ``(B, h, T, d_k)``：先把最后一维拆成 (h, d_k)，再把 h 换到前面。"""
+    def split_heads(self, x: torch.Tensor, n_heads: int | None = None) -> torch.Tensor:
+        """``(B, T, h·d_k)`` → ``(B, h, T, d_k)``：先把最后一维拆成 (h, d_k)，再把 h 换到前面。
+
+        ``n_heads`` 默认是查询头数 h；拆 K/V 时传 ``n_kv_heads``。
+        """
         batch, length, _ = x.shape
-        return x.view(batch, length, self.n_heads, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
+        heads = self.n_heads if n_heads is None else n_heads
+        return x.view(batch, length, heads, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
+
+    def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """对 ``(B, h, T, d_k)`` 的每个头做 RoPE；``positions`` 为 ``(T,)``（全批相同）或 ``(B, T)``（每行不同）。"""
+        if positions.dim() == 1:
+            return apply_rope(x, positions, self.rope_base)  # (B, h, T, d_k)
+        batch, heads, length, d_k = x.shape
+        # 每行位置不同：把 (B, T) 摊平成一条长度 B·T 的“序列”，一次旋转完再还原
+        flat = x.transpose(0, 1).reshape(heads, batch * length, d_k)  # (h, B·T, d_k)
+        flat = apply_rope(flat, positions.reshape(-1), self.rope_base)  # (h, B·T, d_k)
+        return flat.view(heads, batch, length, d_k).transpose(0, 1)  # (B, h, T, d_k)
+
+    def _default_positions(self, length: int, cache: AttentionCache | None, device) -> torch.Tensor:
+        """没有给 ``positions`` 时：从已缓存的长度接着数，``(T,)``。"""
+        start = cache.k.shape[2] if cache is not None and cache.k is not None else 0
+        return torch.arange(start, start + length, device=device)  # (T,)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, h, T, d_k)`` → ``(B, T, d_model)``：split_heads 的逆操作（即“拼接各头”）。"""
@@ -122,22 +167,36 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
         cache: AttentionCache | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``query`` ``(B, T_q, d_model)``，``key``/``value`` ``(B, T_k, d_model)`` → ``(B, T_q, d_model)``。
 
         ``mask``：布尔，True = 可以关注，能广播到 ``(B, h, T_q, T_k)``。
-        ``cache``：增量解码用的 K/V 缓存（见 :mod:`tformer_lib.kv_cache`）。
+        ``cache``：增量解码用的 K/V 缓存（见 :mod:`tformer_lib.kv_cache`）；GQA 时只缓存 ``n_kv_heads`` 个头。
+        ``positions``：只在 ``rope=True`` 时使用，新位置的位置编号 ``(T_q,)`` 或 ``(B, T_q)``。
         """
         self._check_inputs(query, key, value)
-        # 1) 线性投影 Q = X W^Q 等，并拆成多个头
+        # 1) 线性投影 Q = X W^Q 等，并拆成多个头（K、V 只有 n_kv_heads 个头）
         q = self.split_heads(self.w_q(query))  # (B, h, T_q, d_k)
         if cache is not None and cache.static and cache.k is not None:
             k, v = cache.k, cache.v  # 交叉注意力：编码器输出的 K、V 只算一次
         else:
-            k = self.split_heads(self.w_k(key))  # (B, h, T_k, d_k)
-            v = self.split_heads(self.w_v(value))  # (B, h, T_k, d_k)
+            k = self.split_heads(self.w_k(key), self.n_kv_heads)  # (B, h_kv, T_k, d_k)
+            v = self.split_heads(self.w_v(value), self.n_kv_heads)  # (B, h_kv, T_k, d_k)
+            if self.rope:  # 旋转位置编码：在进缓存之前旋转 q、k，缓存里存的是已旋转的 k
+                if key.shape[1] != query.shape[1]:
+                    raise ValueError(
+                        f"RoPE 只用于自注意力：query 长度 {query.shape[1]} 与 key 长度 {key.shape[1]} 不同"
+                    )
+                if positions is None:
+                    positions = self._default_positions(query.shape[1], cache, query.device)
+                q, k = self._rotate(q, positions), self._rotate(k, positions)  # (B, h, T, d_k), (B, h_kv, T, d_k)
             if cache is not None:
                 k, v = cache.update(k, v)  # 自注意力：把新位置的 K、V 接在已缓存的后面
+        if self.n_kv_heads != self.n_heads:  # GQA：每个 K/V 头复制给同组的查询头
+            group = self.n_heads // self.n_kv_heads
+            k = k.repeat_interleave(group, dim=1)  # (B, h, T_k, d_k)
+            v = v.repeat_interleave(group, dim=1)  # (B, h, T_k, d_k)
         # 2) 每个头各自做一次缩放点积注意力
         if self.fast:
             out = fast_scaled_dot_product_attention(

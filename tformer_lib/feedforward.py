@@ -5,13 +5,17 @@ from torch import nn
 
 from ._checks import positive_int
 
-_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swiglu": nn.SiLU}
 
 
 class PositionwiseFeedForward(nn.Module):
     r"""对每个位置独立地做同一个两层网络：:math:`\mathrm{FFN}(x) = W_2\,\phi(W_1 x + b_1) + b_2`。
 
     默认激活 :math:`\phi` 是论文的 ReLU，也可选 GELU。形状 ``(B, T, d_model)`` 进、``(B, T, d_model)`` 出。
+
+    ``activation="swiglu"`` 是门控线性单元（gated linear unit）的 SwiGLU 变体（Shazeer, 2020；LLaMA 用它）：
+    :math:`\mathrm{FFN}(x) = W_2\,(\mathrm{SiLU}(W_1 x) \odot W_3 x)`，多一个矩阵 ``w_3``（“门”的另一半）。
+    参数量是普通 FFN 的 1.5 倍；想与之持平，把 ``d_ff`` 取成原来的 2/3。
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
@@ -21,9 +25,13 @@ class PositionwiseFeedForward(nn.Module):
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_3 = nn.Linear(d_model, d_ff) if activation == "swiglu" else None  # SwiGLU 的门
         self.activation = _ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
         self.w_2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w_2(self.dropout(self.activation(self.w_1(x))))  # (B, T, d_model)
+        hidden = self.activation(self.w_1(x))  # (B, T, d_ff)
+        if self.w_3 is not None:
+            hidden = hidden * self.w_3(x)  # SwiGLU：SiLU(W_1 x) ⊙ W_3 x，(B, T, d_ff)
+        return self.w_2(self.dropout(hidden))  # (B, T, d_model)

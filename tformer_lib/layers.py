@@ -8,6 +8,7 @@ from torch import nn
 from .attention import MultiHeadAttention
 from .feedforward import PositionwiseFeedForward
 from .kv_cache import AttentionCache
+from .norms import make_norm
 
 
 class ResidualNorm(nn.Module):
@@ -15,11 +16,13 @@ class ResidualNorm(nn.Module):
 
     - 后置归一化 post-LN（论文做法，默认）：``LayerNorm(x + Dropout(sublayer(x)))``；
     - 前置归一化 pre-LN（``norm_first=True``）：``x + Dropout(sublayer(LayerNorm(x)))``。
+
+    ``norm="rms"`` 把 LayerNorm 换成 :class:`~tformer_lib.norms.RMSNorm`（现代大模型的做法）。
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False):
+    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, norm: str = "layer"):
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = make_norm(norm, d_model)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 

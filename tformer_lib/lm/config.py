@@ -1,0 +1,80 @@
+"""语言模型的配置（configuration）：一个数据类写清仅解码器（decoder-only）模型的全部超参数。"""
+
+from dataclasses import asdict, dataclass
+
+from .._checks import positive_int
+from ..norms import NORM_KINDS
+from ..specials import PAD
+
+POSITIONAL_KINDS = ("learned", "sinusoidal", "rope", "none")
+ACTIVATIONS = ("relu", "gelu", "swiglu")
+
+
+@dataclass
+class LMConfig:
+    """GPT 式语言模型的超参数；默认值是一个能在 CPU 上几分钟训完的小模型。
+
+    与编码器–解码器的 :class:`~tformer_lib.TransformerConfig` 不同，这里默认前置归一化（pre-LN）、
+    GELU 与权重共享（weight tying）——GPT-2 以来语言模型的常见做法；第 10 章逐项比较这些选择。
+    """
+
+    vocab_size: int  # 词表大小 V
+    d_model: int = 128  # 模型维度
+    n_heads: int = 4  # 查询头数 h；每头 d_k = d_model / h
+    n_kv_heads: int | None = None  # K/V 头数（GQA）；None = n_heads（普通 MHA），1 = 多查询注意力 MQA
+    n_layers: int = 4  # 块数 N
+    d_ff: int = 512  # 前馈网络隐藏层维度（SwiGLU 时是每个分支的维度）
+    max_len: int = 128  # 上下文长度（context length）：一次最多看多少个词元
+    positional: str = "learned"  # "learned" | "sinusoidal" | "rope" | "none"
+    norm: str = "layer"  # "layer" = LayerNorm | "rms" = RMSNorm
+    norm_first: bool = True  # True = pre-LN（默认）；False = post-LN（论文）
+    activation: str = "gelu"  # "relu" | "gelu" | "swiglu"
+    tie_embeddings: bool = True  # 输出层与词嵌入共享同一个矩阵
+    dropout: float = 0.0  # 残差、注意力与嵌入上的 dropout
+    rope_base: float = 10000.0  # RoPE 的 θ_i = base^{-2i/d_k}
+    fast_attention: bool = False  # True 时用 F.scaled_dot_product_attention（不保留注意力权重）
+    pad_id: int = PAD  # 填充词元 id；训练时不计入损失
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len"):
+            positive_int(name, getattr(self, name))
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model={self.d_model} 不能被 n_heads={self.n_heads} 整除")
+        if self.n_kv_heads is not None:
+            positive_int("n_kv_heads", self.n_kv_heads)
+            if self.n_heads % self.n_kv_heads != 0:
+                raise ValueError(f"n_heads={self.n_heads} 不能被 n_kv_heads={self.n_kv_heads} 整除")
+        for name, kinds in (("positional", POSITIONAL_KINDS), ("norm", NORM_KINDS), ("activation", ACTIVATIONS)):
+            if getattr(self, name) not in kinds:
+                raise ValueError(f"{name} 应是 {kinds} 之一，收到 {getattr(self, name)!r}")
+        if self.positional == "rope" and self.d_k % 2 != 0:
+            raise ValueError(f"positional='rope' 要求每头维度 d_k 为偶数，收到 d_k={self.d_k}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout 应是 [0, 1) 内的数，收到 {self.dropout!r}")
+        for name in ("norm_first", "tie_embeddings", "fast_attention"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} 应是 bool，收到 {getattr(self, name)!r}")
+        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id={self.pad_id!r} 应是词表 [0, {self.vocab_size}) 内的整数 id")
+
+    @property
+    def d_k(self) -> int:
+        """每个头的维度 d_k = d_model / h。"""
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """实际的 K/V 头数（``n_kv_heads`` 为 None 时等于 ``n_heads``）。"""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    def to_dict(self) -> dict:
+        """转成只含基本类型的字典（写入检查点时用）。"""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LMConfig":
+        """从 :meth:`to_dict` 的结果还原；未知字段给出清楚的错误。"""
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"LMConfig 没有这些字段：{sorted(unknown)}")
+        return cls(**data)

@@ -1,0 +1,167 @@
+"""语言模型的生成（generation）：贪心、温度、top-k 与 top-p（核采样 nucleus sampling）。
+
+每一步只做三件事：算出下一个词元的 logits → 按策略改造分布 → 取一个词元接到末尾。
+有 K/V 缓存时每步只把新词元送进模型，否则每步重算整个前缀；两者生成的词元相同（测试核对）。
+
+返回的只是**新生成的部分**，不含提示（prompt）；生成了 ``eos_id`` 的行在它之后全是 PAD。
+PAD 与 BOS 永远不会被生成（它们只是填充和开头的记号）。
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ..specials import BOS, PAD
+
+__all__ = ["filter_top_k", "filter_top_p", "next_token_distribution", "generate"]
+
+
+def _check_top_k(top_k) -> None:
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k 应为正整数或 None，收到 {top_k!r}")
+
+
+def _check_top_p(top_p) -> None:
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p 应是 (0, 1] 内的数或 None，收到 {top_p!r}")
+
+
+def _check_temperature(temperature) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+        temperature > 0 and math.isfinite(temperature)
+    ):
+        raise ValueError(f"temperature 应为正的有限数，收到 {temperature!r}")
+
+
+def filter_top_k(logits: torch.Tensor, top_k: int | None) -> torch.Tensor:
+    """只保留每行分数最高的 ``top_k`` 个词，其余置为 −∞。``logits`` ``(..., V)``。"""
+    _check_top_k(top_k)
+    if top_k is None or top_k >= logits.shape[-1]:
+        return logits
+    kth = logits.topk(top_k, dim=-1).values[..., -1:]  # (..., 1) 第 k 大的分数
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def filter_top_p(logits: torch.Tensor, top_p: float | None) -> torch.Tensor:
+    """核采样：按概率从高到低累加，保留累计概率刚达到 ``top_p`` 的最小集合，其余置为 −∞。
+
+    概率最高的词总会被保留（即使它一个就超过了 ``top_p``）。``logits`` ``(..., V)``。
+    """
+    _check_top_p(top_p)
+    if top_p is None or top_p >= 1:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (..., V)
+    probs = sorted_logits.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # 排在它前面的词的累计概率
+    drop_sorted = before >= top_p  # 前面的词已经凑够 top_p：这个词不要
+    drop = drop_sorted.scatter(-1, order, drop_sorted)  # 还原到原来的词表顺序
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def next_token_distribution(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    suppress_ids: Sequence[int] = (PAD, BOS),
+) -> torch.Tensor:
+    """把最后一步的 logits ``(B, V)`` 变成采样用的概率 ``(B, V)``：屏蔽特殊词 → ÷温度 → top-k → top-p → softmax。"""
+    _check_temperature(temperature)
+    logits = logits.float()
+    banned = sorted({int(t) for t in suppress_ids if 0 <= int(t) < logits.shape[-1]})
+    if banned:
+        logits = logits.clone()
+        logits[..., banned] = float("-inf")
+    logits = filter_top_p(filter_top_k(logits / temperature, top_k), top_p)
+    return logits.softmax(dim=-1)
+
+
+def _as_prompt(prompt) -> tuple[torch.Tensor, bool]:
+    """提示可以是 id 列表、1-D 张量（一条）或 2-D 张量 ``(B, T)``（等长的一批）。"""
+    if isinstance(prompt, torch.Tensor):
+        tokens = prompt
+    elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        tokens = torch.tensor(list(prompt), dtype=torch.long)
+    else:
+        raise TypeError(f"prompt 应是 id 列表或 LongTensor (T,) / (B, T)，收到 {type(prompt).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        raise TypeError(f"prompt 应是整数 id，收到 dtype {tokens.dtype}")
+    if tokens.dim() not in (1, 2) or tokens.shape[-1] == 0:
+        raise ValueError(f"prompt 应是非空的 (T,) 或 (B, T)，收到形状 {tuple(tokens.shape)}；至少给一个词元（如 BOS）")
+    single = tokens.dim() == 1
+    return (tokens[None] if single else tokens).long(), single
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    prompt,
+    max_new_tokens: int | None = None,
+    *,
+    method: str = "sample",
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+    suppress_ids: Sequence[int] = (PAD, BOS),
+    use_cache: bool = True,
+) -> torch.Tensor:
+    """从 ``prompt`` 接着生成，返回新词元：``(B, L)``（prompt 是 1-D 时返回 ``(L,)``），不含提示本身。
+
+    - ``method="greedy"`` 每步取最大者；``"sample"`` 按 :func:`next_token_distribution` 采样，
+      ``generator``（``torch.Generator().manual_seed(…)``）让样本可复现；
+    - ``max_new_tokens`` 默认填满上下文：``config.max_len - T``；提示本身或提示加生成长度超过上下文时报错；
+    - 所有行都生成了 ``eos_id`` 就提前停止。
+    """
+    if method not in ("greedy", "sample"):
+        raise ValueError(f"method 应是 'greedy' 或 'sample'，收到 {method!r}")
+    _check_temperature(temperature)
+    _check_top_k(top_k)
+    _check_top_p(top_p)
+    tokens, single = _as_prompt(prompt)
+    max_len = model.config.max_len
+    batch, length = tokens.shape
+    if length > max_len:
+        raise ValueError(f"prompt 长度 {length} 超过了模型的上下文长度 max_len={max_len}；请截短提示")
+    if max_new_tokens is None:
+        max_new_tokens = max_len - length
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens 应为非负整数，收到 {max_new_tokens!r}")
+    if length + max_new_tokens > max_len:
+        raise ValueError(
+            f"prompt 长度 {length} 加 max_new_tokens={max_new_tokens} 超过了上下文长度 max_len={max_len}"
+        )
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        tokens = tokens.to(device)
+        cache = model.new_cache() if use_cache else None
+        out = torch.full((batch, max_new_tokens), PAD, dtype=torch.long, device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        step_input, seq = tokens, tokens
+        for i in range(max_new_tokens):
+            logits = model(step_input, cache=cache)[:, -1]  # (B, V)：只要最后一个位置
+            if method == "greedy":
+                probs = next_token_distribution(logits, 1.0, None, None, suppress_ids)
+                nxt = probs.argmax(dim=-1)  # (B,)
+            else:
+                probs = next_token_distribution(logits, temperature, top_k, top_p, suppress_ids)
+                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+            nxt = nxt.masked_fill(done, PAD)
+            out[:, i] = nxt
+            if eos_id is not None:
+                done |= nxt == eos_id
+                if bool(done.all()):
+                    out = out[:, : i + 1]
+                    break
+            seq = torch.cat([seq, nxt[:, None]], dim=1)  # (B, T + i + 1)
+            step_input = nxt[:, None] if use_cache else seq
+    finally:
+        model.train(was_training)
+    return out[0] if single else out

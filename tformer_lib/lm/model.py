@@ -1,0 +1,162 @@
+"""仅解码器（decoder-only）语言模型：GPT 的结构，全部由本书已有的部件搭成。
+
+与第 5 章的编码器–解码器相比，去掉了编码器和交叉注意力，只剩“带因果掩码的自注意力 + 前馈网络”的块；
+结构上它就是一个处处加了因果掩码的编码器栈（测试证明它与 ``nn.TransformerEncoder`` 加因果掩码逐元素相等）。
+
+    tokens (B, T) → 词嵌入 + 位置 → N × [自注意力(因果) → FFN] → 末层归一化 → 输出层(与词嵌入共享) → logits (B, T, V)
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from .._checks import bool_mask, non_empty_sequence, tensor_with_dim, token_ids
+from ..attention import MultiHeadAttention
+from ..feedforward import PositionwiseFeedForward
+from ..layers import ResidualNorm
+from ..masks import causal_mask, combine_masks
+from ..norms import make_norm
+from ..positional import sinusoidal_positional_encoding
+from .cache import LMCache
+from .config import LMConfig
+
+
+class DecoderOnlyBlock(nn.Module):
+    """一个块 = 因果自注意力 + 前馈网络，各包在一个残差 + 归一化（:class:`~tformer_lib.ResidualNorm`）里。"""
+
+    def __init__(self, config: LMConfig):
+        super().__init__()
+        c = config
+        self.self_attn = MultiHeadAttention(
+            c.d_model, c.n_heads, c.dropout, fast=c.fast_attention, n_kv_heads=c.n_kv_heads,
+            rope=c.positional == "rope", rope_base=c.rope_base,
+        )
+        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation)
+        self.residual_attn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm)
+        self.residual_ffn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm)
+
+    def forward(self, x, mask, cache=None, positions=None) -> torch.Tensor:
+        x = self.residual_attn(x, lambda h: self.self_attn(h, h, h, mask, cache, positions))  # (B, T, d_model)
+        return self.residual_ffn(x, self.feed_forward)  # (B, T, d_model)
+
+
+class DecoderOnlyLM(nn.Module):
+    """GPT 式语言模型，batch-first。
+
+    ``model(tokens, *, cache=None, positions=None, attn_mask=None)`` → logits ``(B, T, V)``（未经 softmax）：
+
+    - ``tokens``：``(B, T)`` 词元 id；给出 ``cache``（由 :meth:`new_cache` 创建）时只放新的词元，
+      位置从 ``cache.length`` 接着数；
+    - ``positions``：可选的位置编号 ``(T,)`` 或 ``(B, T)``（例如左侧填充的批次里每行起点不同）；
+      默认 ``cache.length, …, cache.length + T - 1``；
+    - ``attn_mask``：可选的布尔掩码（True = 可以关注），能广播到 ``(B, h, T, T_k)``，``T_k`` 是缓存长度加 T；
+      它与因果掩码取“与”，所以总是因果的。
+    - 超出上下文长度 ``config.max_len`` 的输入会被拒绝（给出清楚的错误），不会悄悄截断。
+    """
+
+    def __init__(self, config: LMConfig):
+        super().__init__()
+        c = self.config = config
+        self.tok_embed = nn.Embedding(c.vocab_size, c.d_model)  # 词嵌入（GPT 约定：不乘 √d_model）
+        if c.positional == "learned":
+            self.pos_embed = nn.Embedding(c.max_len, c.d_model)
+        elif c.positional == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_positional_encoding(c.max_len, c.d_model), persistent=False)
+        self.dropout = nn.Dropout(c.dropout)
+        self.blocks = nn.ModuleList([DecoderOnlyBlock(c) for _ in range(c.n_layers)])
+        # pre-LN 的残差流从不经过归一化，所以末尾要再归一化一次；post-LN 每块已归一化
+        self.norm = make_norm(c.norm, c.d_model) if c.norm_first else nn.Identity()
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self._init_parameters()
+        if c.tie_embeddings:
+            self.lm_head.weight = self.tok_embed.weight  # 权重共享：输出层 = 词嵌入矩阵的转置
+
+    def _init_parameters(self) -> None:
+        """GPT-2 的初始化：权重 N(0, 0.02²)，偏置为 0；写回残差流的 ``w_o``、``w_2`` 再除以 √(2N)。"""
+        for name, module in self.named_modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                std = 0.02 / math.sqrt(2 * self.config.n_layers) if name.endswith(("w_o", "w_2")) else 0.02
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+
+    def new_cache(self) -> LMCache:
+        """为增量生成新建一个空的 K/V 缓存。"""
+        return LMCache(len(self.blocks))
+
+    def _positions(self, tokens: torch.Tensor, start: int, positions) -> torch.Tensor:
+        batch, length = tokens.shape
+        max_len = self.config.max_len
+        if positions is None:
+            if start + length > max_len:
+                raise ValueError(
+                    f"输入长度 {length}（加上已缓存的 {start} 个位置）超过了上下文长度 max_len={max_len}；"
+                    f"请截短提示（prompt），或用更大的 max_len 训练模型"
+                )
+            return torch.arange(start, start + length, device=tokens.device)  # (T,)
+        if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point or positions.dtype == torch.bool:
+            raise TypeError(f"positions 应是整数张量 (T,) 或 (B, T)，收到 {getattr(positions, 'dtype', type(positions))}")
+        if tuple(positions.shape) not in ((length,), (batch, length)):
+            raise ValueError(f"positions 的形状应为 ({length},) 或 ({batch}, {length})，收到 {tuple(positions.shape)}")
+        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= max_len):
+            raise ValueError(
+                f"positions 取值在 [{int(positions.min())}, {int(positions.max())}]，超出上下文长度 [0, {max_len - 1}]"
+            )
+        return positions
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        *,
+        cache: LMCache | None = None,
+        positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        tensor_with_dim("tokens", tokens, 2, "(B, T)")
+        non_empty_sequence("tokens", tokens, seq_dim=1)
+        token_ids("tokens", tokens, self.config.vocab_size)
+        if cache is not None and not isinstance(cache, LMCache):
+            raise TypeError(f"cache 应是 model.new_cache() 得到的 LMCache，收到 {type(cache).__name__}")
+        start = cache.length if cache is not None else 0
+        length = tokens.shape[1]
+        positions = self._positions(tokens, start, positions)  # (T,) 或 (B, T)
+        mask = causal_mask(start + length, device=tokens.device)[start:]  # (T, T_k)：第 i 个新词元看得见 ≤ start+i
+        if attn_mask is not None:
+            bool_mask("attn_mask", attn_mask, (tokens.shape[0], self.config.n_heads, length, start + length))
+            mask = combine_masks(attn_mask, mask)  # 与因果掩码取“与”
+        # 1) 词嵌入 + 位置（RoPE 不加在这里，而是在每个注意力里旋转 q、k）
+        x = self.tok_embed(tokens)  # (B, T, d_model)
+        if self.config.positional == "learned":
+            x = x + self.pos_embed(positions)  # (B, T, d_model)
+        elif self.config.positional == "sinusoidal":
+            x = x + self.pos_table[positions].to(x.dtype)  # (B, T, d_model)
+        x = self.dropout(x)
+        # 2) N 个因果块
+        rope_positions = positions if self.config.positional == "rope" else None
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, cache.layers[i] if cache is not None else None, rope_positions)  # (B, T, d_model)
+        if cache is not None:
+            cache.length += length
+        # 3) 末层归一化 + 输出层
+        return self.lm_head(self.norm(x))  # (B, T, V)
+
+    def set_fast_attention(self, fast: bool) -> None:
+        """在显式路径（保留注意力权重）与快速路径之间切换所有注意力模块。"""
+        if not isinstance(fast, bool):
+            raise TypeError(f"fast 应是 bool，收到 {fast!r}")
+        self.config.fast_attention = fast
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.fast = fast
+
+    def attention_weights(self) -> list[torch.Tensor | None]:
+        """最近一次前向每块的注意力权重 ``(B, h, T, T_k)``（快速路径下为 None）。"""
+        return [block.self_attn.attn_weights for block in self.blocks]
+
+
+def make_lm(config: LMConfig) -> DecoderOnlyLM:
+    """按配置搭出一个初始化好的仅解码器语言模型。"""
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")
+    return DecoderOnlyLM(config)
