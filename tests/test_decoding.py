@@ -205,3 +205,99 @@ def test_translate_strings():
     assert isinstance(many, list) and len(many) == 2
     with pytest.raises(ValueError, match="method"):
         translate(model, "w1", src_v, tgt_v, method="topp")
+
+
+# ---- 不生成 PAD/BOS；有无缓存逐词相同（随机未训练模型上的性质测试）-----------------------------------
+
+_SHAPES = [  # (d_model, n_heads, d_ff, 编码器层数, 解码器层数, 位置编码, pre-LN)
+    (16, 2, 32, 1, 1, "sinusoidal", False),
+    (32, 4, 64, 2, 2, "learned", True),
+    (24, 3, 48, 1, 2, "none", False),
+    (32, 8, 32, 2, 1, "sinusoidal", True),
+]
+_SEEDS = range(32)
+
+
+def _random_model(seed):
+    d_model, n_heads, d_ff, n_enc, n_dec, positional, norm_first = _SHAPES[seed % len(_SHAPES)]
+    torch.manual_seed(seed)
+    V = 6 + seed % 9  # 词表很小时 PAD/BOS 更容易拿到最高分
+    cfg = TransformerConfig(12, V, d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_encoder_layers=n_enc,
+                            n_decoder_layers=n_dec, dropout=0.1, max_len=40, positional=positional,
+                            norm_first=norm_first)
+    model = make_model(cfg).eval()
+    if seed % 2 == 0:  # 一半的模型把最高分偏向 PAD 或 BOS：修复前它们会生成 PAD
+        with torch.no_grad():
+            model.generator.proj.bias[PAD if seed % 4 == 0 else BOS] += 5.0
+    g = torch.Generator().manual_seed(1000 + seed)
+    B, S = 1 + seed % 3, 2 + seed % 6
+    src = torch.randint(4, 12, (B, S), generator=g)
+    if B > 1:
+        src[-1, S // 2 + 1:] = PAD  # 最后一句较短
+    return model, src
+
+
+def _no_specials(out):
+    return not bool(((out == BOS) | ((out == PAD).cumsum(1) > 0) & ~_after_eos(out)).any())
+
+
+def _after_eos(out):
+    is_eos = (out == EOS).int()
+    return (is_eos.cumsum(1) - is_eos) > 0  # 第一个 EOS 之后（那里按约定补 PAD）
+
+
+@pytest.mark.parametrize("seed", _SEEDS)
+def test_cache_never_changes_tokens_and_no_pad_or_bos_is_generated(seed):
+    model, src = _random_model(seed)
+    g_cached = greedy_decode(model, src, max_len=10)
+    g_plain = greedy_decode(model, src, max_len=10, use_cache=False)
+    assert torch.equal(g_cached, g_plain)
+    s_cached = sample_decode(model, src, max_len=10, temperature=1.3, generator=torch.Generator().manual_seed(seed))
+    s_plain = sample_decode(model, src, max_len=10, temperature=1.3, generator=torch.Generator().manual_seed(seed),
+                            use_cache=False)
+    assert torch.equal(s_cached, s_plain)
+    b_cached = beam_search(model, src, beam_size=3, max_len=10)
+    b_plain = beam_search(model, src, beam_size=3, max_len=10, use_cache=False)
+    assert torch.equal(b_cached, b_plain)
+    for out in (g_cached, s_cached, b_cached):
+        assert _no_specials(out), out
+        assert len(ids_to_lists(out)) == src.shape[0]
+
+
+def test_pad_and_bos_are_never_generated_even_when_they_score_highest():
+    model = _model()
+    with torch.no_grad():
+        model.generator.proj.bias[PAD] = 100.0
+        model.generator.proj.bias[BOS] = 90.0
+    src = _src()
+    for out in (greedy_decode(model, src, max_len=6), beam_search(model, src, beam_size=3, max_len=6),
+                sample_decode(model, src, max_len=6, generator=torch.Generator().manual_seed(0)),
+                greedy_decode(model, src, max_len=6, stop_at_eos=False)):
+        assert not bool(((out == PAD) | (out == BOS)).any()), out
+        assert out.shape[1] == 6  # 没有 EOS 的句子生成满 max_len 个真实词
+
+
+def test_default_length_is_capped_by_the_model_and_too_long_max_len_is_a_clear_error():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(20, 23, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
+                            dropout=0.0, max_len=12)
+    model = make_model(cfg).eval()
+    with torch.no_grad():
+        model.generator.proj.bias[EOS] = -100.0  # 永不结束：生成长度就是上限
+    src = torch.randint(4, 20, (2, 12))  # 合法的最长源句；默认 S + 10 = 22 > max_len
+    assert greedy_decode(model, src).shape == (2, 12)
+    assert sample_decode(model, src, generator=torch.Generator().manual_seed(0)).shape == (2, 12)
+    assert beam_search(model, src, beam_size=2).shape == (2, 12)
+    assert greedy_decode(model, src, max_len=12).shape == (2, 12)
+    for fn in (greedy_decode, sample_decode):
+        with pytest.raises(ValueError, match=r"max_len=13.*config\.max_len=12"):
+            fn(model, src, max_len=13)
+    with pytest.raises(ValueError, match=r"max_len=13"):
+        beam_search(model, src, max_len=13)
+    # 不加位置编码的模型没有位置上限
+    cfg_none = TransformerConfig(20, 23, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
+                                 dropout=0.0, max_len=12, positional="none")
+    model_none = make_model(cfg_none).eval()
+    with torch.no_grad():
+        model_none.generator.proj.bias[EOS] = -100.0
+    assert greedy_decode(model_none, src).shape == (2, 22)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ..decoding import greedy_decode, ids_to_lists
+from ..decoding import _model_max_len, greedy_decode, ids_to_lists
 from ..data.batching import Batch, batch_iterator, num_batches
 from .loss import label_smoothing_loss
 from .schedule import make_optimizer, make_scheduler
@@ -121,7 +121,11 @@ def evaluate(
             total_correct += int(((logits.argmax(-1) == batch.tgt_out) & keep).sum())
             total_tokens += batch.n_tokens
             if decode:
-                limit = max_len if max_len is not None else batch.tgt_out.shape[1] + 5
+                limit = max_len
+                if limit is None:  # 默认：参考译文长度 + 5，但不超过模型能表示的长度
+                    limit = batch.tgt_out.shape[1] + 5
+                    model_limit = _model_max_len(model)
+                    limit = limit if model_limit is None else min(limit, model_limit)
                 out = decode_fn(model, batch.src) if decode_fn else greedy_decode(model, batch.src, limit)
                 for hyp, ref in zip(ids_to_lists(out), ids_to_lists(batch.tgt_out)):
                     n_exact += hyp == ref
