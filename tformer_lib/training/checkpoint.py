@@ -21,7 +21,7 @@ from ..config import TransformerConfig
 from ..data.vocab import Vocab
 from ..model import make_model
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "load_model", "CHECKPOINT_FORMAT"]
+__all__ = ["CheckpointError", "save_checkpoint", "atomic_torch_save", "load_checkpoint", "load_model", "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = "tformer-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -61,6 +61,16 @@ def save_checkpoint(
         "trainer": trainer.state_dict() if trainer is not None else None,
         "extra": dict(extra) if extra else {},
     }
+    return atomic_torch_save(payload, path)
+
+
+def atomic_torch_save(payload: dict, path: str | os.PathLike) -> Path:
+    """原子地 ``torch.save(payload)`` 到 ``path``：写同目录的临时文件、fsync、再改名；返回路径。
+
+    :func:`save_checkpoint` 与语言模型的检查点（:mod:`tformer_lib.lm.training`）共用这一个机制。
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
