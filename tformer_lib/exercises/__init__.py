@@ -33,9 +33,12 @@ from tformer_lib.exercises.ch02 import check_order_blindness_test, check_shift_r
 # --- ch05 ---
 from tformer_lib.exercises.ch05 import (
     check_cached_greedy_decode,
+    check_cross_attention_fix,
+    check_cross_attention_shapes,
     check_decoder_mask,
     check_greedy_decode,
     check_shift_targets,
+    check_transformer_params,
 )
 
 # --- ch08 ---
@@ -46,6 +49,7 @@ from tformer_lib.exercises.ch06 import (
     check_cross_entropy,
     check_log_softmax,
     check_softmax_temperature,
+    check_temperature_grad,
     check_top_k_probs,
 )
 

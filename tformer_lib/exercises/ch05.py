@@ -1,4 +1,5 @@
-"""第 5 章练习的检查器（checker）：错位的解码器输入/目标、解码器的合并掩码、贪心解码循环（无缓存 / 有 K/V 缓存）。
+"""第 5 章练习的检查器（checker）：交叉注意力的形状（预测再验证）、交叉注意力方向的找错、整个模型的参数量（推导并核对）、
+错位的解码器输入/目标、解码器的合并掩码、贪心解码循环（无缓存 / 有 K/V 缓存）。
 
 用 :mod:`tformer_lib.exercises._core` 的框架：桩 → “⏳ 尚未完成”（不抛异常）；通过 → ✅；
 未通过 → ❌ 加一句点名常见错误的提示（忘了 BOS 或 EOS、因果掩码与填充掩码只用了一个或用“或”合并、
@@ -15,11 +16,31 @@ from typing import Any
 
 import torch
 
-from tformer_lib.exercises._core import CheckResult, Mistake, Variant, compare, expect_dtype, run_checks
+from tformer_lib.exercises._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_int,
+    compare,
+    draw_int,
+    expect_dtype,
+    raised_by_student,
+    random_cases,
+    run_checks,
+)
 from tformer_lib.masks import causal_mask, padding_mask
 from tformer_lib.specials import BOS, EOS, PAD, UNK
 
-__all__ = ["check_shift_targets", "check_decoder_mask", "check_greedy_decode", "check_cached_greedy_decode"]
+__all__ = [
+    "check_shift_targets",
+    "check_decoder_mask",
+    "check_greedy_decode",
+    "check_cached_greedy_decode",
+    "check_cross_attention_shapes",
+    "check_cross_attention_fix",
+    "check_transformer_params",
+    "transformer_params_formula",
+]
 
 
 def _id_list(x: Any, what: str) -> list[int]:
@@ -32,9 +53,15 @@ def _id_list(x: Any, what: str) -> list[int]:
         x = x.tolist()
     if not isinstance(x, (list, tuple)):
         raise Mistake(f"{what}应是 id 列表，你返回的是 {type(x).__name__}", key="type")
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in x):
-        raise Mistake(f"{what}里应全是整数 id，你返回的是 {list(x)!r}", key="type")
-    return list(x)
+    out = []
+    for t in x:
+        if isinstance(t, str):
+            raise Mistake(f"{what}里应全是整数 id，你返回的是字符串 {t!r}：用 int，不要把 id 转成文字", key="string")
+        try:
+            out.append(as_int(t, what))
+        except Mistake:
+            raise Mistake(f"{what}里应全是整数 id，你返回的是 {list(x)!r}", key="type") from None
+    return out
 
 
 # ---- 练习：错开一位的解码器输入与目标 -------------------------------------------------------------------
@@ -42,8 +69,17 @@ def _id_list(x: Any, what: str) -> list[int]:
 _SHIFT_CASES = ([34, 35], [6, 4, 24, 62, 13], [7], [])
 
 
+def _shift_inputs() -> list[list[int]]:
+    """书里的例子、几个边界情形，再加几句随机长度、随机 id 的译文（写死的答案过不了）。"""
+    extra = []
+    for g in random_cases(4, seed=51):
+        n = draw_int(g, 1, 9)
+        extra.append([draw_int(g, 4, 80) for _ in range(n)])
+    return [list(y) for y in _SHIFT_CASES] + extra
+
+
 def _shift_values(f: Callable) -> None:
-    for y in _SHIFT_CASES:
+    for y in _shift_inputs():
         call = f"my_shift_targets({y})"
         out = f(list(y))
         if not isinstance(out, (tuple, list)) or len(out) != 2:
@@ -86,7 +122,15 @@ def check_shift_targets(fn: Callable[[list[int]], tuple[list[int], list[int]]], 
 def _mask_cases() -> list[tuple[torch.Tensor, int]]:
     a = torch.tensor([[1, 5, 0, 7, 8], [1, 5, 6, 9, 9], [1, 7, 9, 9, 9]])  # pad_id = 9（右侧补齐），0 在这里是普通词
     b = torch.tensor([[1, 4, 4, 0, 0, 0], [1, 5, 6, 7, 8, 3]])  # PAD = 0
-    return [(a, 9), (b, PAD)]
+    cases = [(a, 9), (b, PAD)]
+    for g in random_cases(3, seed=52):  # 随机的批大小、长度与 pad_id
+        B, T, pad_id = draw_int(g, 1, 4), draw_int(g, 2, 8), draw_int(g, 0, 3)
+        lengths = [draw_int(g, 1, T) for _ in range(B)]
+        tgt = torch.full((B, T), pad_id, dtype=torch.long)
+        for i, n in enumerate(lengths):
+            tgt[i, :n] = torch.randint(4, 30, (n,), generator=g)
+        cases.append((tgt, pad_id))
+    return cases
 
 
 def _mask_values(f: Callable) -> None:
@@ -266,3 +310,229 @@ def check_cached_greedy_decode(fn: Callable, *, verbose: bool = True) -> CheckRe
     return run_checks("带 K/V 缓存的贪心解码", fn,
                       [("每步只送一个词元、共用一个缓存、结果与 greedy_decode 一致",
                         lambda f: _run_greedy(f, cached=True))], verbose=verbose)
+
+
+# ---- 练习：预测交叉注意力里每个张量的形状（预测再验证） ------------------------------------------------
+
+_SHAPE_KEYS = ("Q", "K", "V", "weights", "output")
+
+
+def _shape_of(x: Any, what: str) -> tuple[int, ...]:
+    """读者写下的一个形状 → 整数元组（接受 tuple/list/torch.Size，元素可以是 NumPy 整数或 0 维张量）。"""
+    if isinstance(x, str):
+        raise Mistake(f"{what}应是整数元组，例如 (2, 4, 6, 16)；你写的是字符串 {x!r}", key="string")
+    if not isinstance(x, (tuple, list, torch.Size)):
+        raise Mistake(f"{what}应是整数元组，例如 (2, 4, 6, 16)；你写的是 {type(x).__name__}", key="type")
+    return tuple(as_int(v, what) for v in x)
+
+
+def _measured_cross_shapes(B: int, S: int, T: int, d_model: int, h: int) -> dict[str, tuple[int, ...]]:
+    """真正运行一次库里的 MultiHeadAttention（查询来自解码器、键值来自 memory），量出各张量的形状。"""
+    from tformer_lib.attention import MultiHeadAttention
+
+    mha = MultiHeadAttention(d_model, h).eval()
+    dec = torch.zeros(B, T, d_model)  # 解码器一侧 (B, T, d_model)
+    memory = torch.zeros(B, S, d_model)  # 编码器输出 (B, S, d_model)
+    with torch.no_grad():
+        q = mha.split_heads(mha.w_q(dec))  # (B, h, T, d_k)
+        k = mha.split_heads(mha.w_k(memory))  # (B, h, S, d_k)
+        v = mha.split_heads(mha.w_v(memory))  # (B, h, S, d_k)
+        out = mha(dec, memory, memory)  # (B, T, d_model)
+    return {"Q": tuple(q.shape), "K": tuple(k.shape), "V": tuple(v.shape),
+            "weights": tuple(mha.attn_weights.shape), "output": tuple(out.shape)}
+
+
+def _cross_shape_values(f: Callable) -> None:
+    sizes = [(1, 3, 6, 64, 4)]  # 本章的例子：1 句、原文 3 个词、译文前缀 6 个、d_model 64、4 个头
+    for g in random_cases(5, seed=53):
+        h = draw_int(g, 1, 4)
+        S = draw_int(g, 2, 7)
+        sizes.append((draw_int(g, 1, 4), S, S + draw_int(g, 1, 5), h * 2 * draw_int(g, 1, 4), h))
+    for B, S, T, d_model, h in sizes:
+        call = f"predict_cross_attention_shapes(B={B}, S={S}, T={T}, d_model={d_model}, n_heads={h})"
+        got = f(B, S, T, d_model, h)
+        if not isinstance(got, dict):
+            raise Mistake(f"{call} 应返回一个字典 {{'Q': …, 'K': …, 'V': …, 'weights': …, 'output': …}}，"
+                          f"你返回的是 {type(got).__name__}", key="type")
+        missing = [k for k in _SHAPE_KEYS if k not in got]
+        if missing:
+            raise Mistake(f"{call} 返回的字典缺少键 {missing}：需要 {list(_SHAPE_KEYS)} 五个", key="keys")
+        pred = {k: _shape_of(got[k], f"{call} 的 {k!r}") for k in _SHAPE_KEYS}
+        real = _measured_cross_shapes(B, S, T, d_model, h)
+        if pred == real:
+            continue
+        d_k = d_model // h
+        if pred["Q"] == (B, h, S, d_k) and pred["K"] == (B, h, T, d_k):
+            raise Mistake(f"{call}：Q 和 K/V 的来源弄反了——这正是种子文章 002 §4.2 的说法（它让中文词的 Q 去匹配英文词的 K）。"
+                          f"交叉注意力里查询来自解码器（译文前缀，T = {T} 个位置），键和值来自编码器的 memory"
+                          f"（原文，S = {S} 个词）：Q 是 {real['Q']}，K、V 是 {real['K']}。", key="direction")
+        if pred["weights"] == (B, h, S, T):
+            raise Mistake(f"{call}：权重的形状是 (B, h, T_q, T_k)：每一行是一个查询（解码器的位置），每一列是一个键"
+                          f"（原文的词），所以是 {real['weights']}，不是 (B, h, S, T)。", key="direction")
+        if any(p[-1] == d_model for k, p in pred.items() if k in ("Q", "K", "V") and len(p) == 4) and h > 1:
+            raise Mistake(f"{call}：拆成 h 个头以后每个头只有 d_k = d_model / h = {d_k} 维，不是 d_model = {d_model}。",
+                          key="d_k")
+        if len(pred["output"]) == 4:
+            raise Mistake(f"{call}：输出要把各头拼回去（merge_heads）再经 W^O，形状回到 (B, T, d_model) = "
+                          f"{real['output']}，不是每个头一份。", key="output_heads")
+        bad = [k for k in _SHAPE_KEYS if pred[k] != real[k]]
+        raise Mistake(f"{call}：{bad[0]} 的形状应为 {real[bad[0]]}，你写的是 {pred[bad[0]]}"
+                      f"（共 {len(bad)} 项不对：{bad}）。", key="values")
+
+
+def check_cross_attention_shapes(fn: Callable[[int, int, int, int, int], dict], *, verbose: bool = True
+                                 ) -> CheckResult:
+    """检查 ``fn(B, S, T, d_model, n_heads)``：预测交叉注意力里 Q、K、V、权重与输出的形状。
+
+    检查器在几组随机大小（T ≠ S）上**真正运行**库里的 :class:`~tformer_lib.attention.MultiHeadAttention`
+    （查询 = 解码器一侧的 ``(B, T, d_model)``，键/值 = memory ``(B, S, d_model)``），把量到的形状与预测对照。
+    """
+    return run_checks("交叉注意力的形状", fn,
+                      [("预测与实际运行量到的形状一致（几组随机大小）", _cross_shape_values)], verbose=verbose)
+
+
+# ---- 练习：找错——交叉注意力的方向（找错） -----------------------------------------------------------------
+
+
+def _decoder_case(g: torch.Generator, S: int, T: int):
+    """一个随机的 post-LN 解码器层（不带 dropout）和一组输入：x (B, T, d)、memory (B, S, d) 与两个掩码。"""
+    from tformer_lib.layers import DecoderLayer
+
+    h = draw_int(g, 1, 3)
+    d_model = 4 * h * draw_int(g, 1, 2)
+    B = draw_int(g, 1, 3)
+    layer = DecoderLayer(d_model, h, 2 * d_model).eval()
+    with torch.no_grad():
+        for p in layer.parameters():  # 用检查器自己的生成器初始化，不动全局随机状态
+            p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.1))
+    x = torch.randn(B, T, d_model, generator=g)
+    memory = torch.randn(B, S, d_model, generator=g)
+    src = torch.randint(4, 20, (B, S), generator=g)
+    src[0, S - 1] = PAD  # 第一句原文最后一个位置是 <pad>
+    src_mask = padding_mask(src, PAD)  # (B, 1, 1, S)
+    tgt_mask = causal_mask(T)  # (T, T)
+    return layer, x, memory, src_mask, tgt_mask
+
+
+def _swapped_cross(layer, x, memory, src_mask, tgt_mask):
+    """种子文章的方向：查询来自 memory、键值来自解码器（只在 S == T 时能算出结果）。"""
+    x = layer.residual_self.norm(x + layer.self_attn(x, x, x, tgt_mask))
+    x = layer.residual_cross.norm(x + layer.cross_attn(memory, x, x, src_mask))
+    return layer.residual_ffn.norm(x + layer.feed_forward(x))
+
+
+def _cross_fix_values(f: Callable) -> None:
+    cases = []
+    for k, g in enumerate(random_cases(4, seed=54)):
+        S = draw_int(g, 2, 6)
+        T = S if k < 2 else S + draw_int(g, 1, 4)  # 先 S == T（方向错了也能算出结果），再 S ≠ T
+        cases.append(_decoder_case(g, S, T))
+    for layer, x, memory, src_mask, tgt_mask in cases:
+        with torch.no_grad():
+            want = layer(x, memory, src_mask, tgt_mask)  # (B, T, d_model)
+            wrong = _swapped_cross(layer, x, memory, src_mask, tgt_mask) if x.shape[1] == memory.shape[1] else None
+
+        def no_shortcut(*args, **kwargs):
+            raise Mistake("直接调用了 layer(...)：这道题要你把每个子层写出来、改正其中的错误，"
+                          "不要把整层交给 DecoderLayer.forward", key="shortcut")
+
+        layer.forward = no_shortcut  # 只在检查期间挡住整层调用；子层照常可用
+        try:
+            with torch.no_grad():
+                try:
+                    got = f(layer, x.clone(), memory.clone(), src_mask, tgt_mask)
+                except RuntimeError as exc:
+                    if raised_by_student(exc) and memory.shape[1] != x.shape[1]:
+                        raise Mistake(f"原文 S = {memory.shape[1]}、译文前缀 T = {x.shape[1]} 个位置时你的函数出错"
+                                      f"（{type(exc).__name__}）：多半是交叉注意力的查询给成了 memory。查询来自解码器"
+                                      "自己（x），键和值来自 memory：cross_attn(x, memory, memory, src_mask)。",
+                                      key="direction") from None
+                    raise
+        finally:
+            del layer.forward
+        variants = [Variant("direction", "交叉注意力的方向反了（种子文章 002 §4.2 的说法）：查询 Q 应来自解码器自己的 x，"
+                            "键 K 和值 V 来自编码器的 memory——cross_attn(x, memory, memory, src_mask)。"
+                            "反过来时每个输出位置对应的是原文的词，而不是译文的位置。", wrong)] if wrong is not None else []
+        compare(got, want, what="解码器层的输出", variants=variants,
+                default_hint="结果与 DecoderLayer 不一致：三个子层依次是带因果掩码的自注意力、交叉注意力（x 查 memory，"
+                             "用 src_mask）、前馈网络，每个子层之后 x = norm(x + 子层输出)（post-LN）")
+
+
+def check_cross_attention_fix(fn: Callable, *, verbose: bool = True) -> CheckResult:
+    """检查改正后的 ``fn(layer, x, memory, src_mask, tgt_mask)``：与 ``layer(x, memory, src_mask, tgt_mask)`` 相同。
+
+    在几个随机初始化的 post-LN :class:`~tformer_lib.layers.DecoderLayer` 上比较，原文长度 S 与译文前缀长度 T
+    先相等（方向写反也能算出数，只是错的）、再不等。
+    """
+    return run_checks("找错：交叉注意力的方向", fn,
+                      [("与 DecoderLayer 的输出一致（S = T 与 S ≠ T）", _cross_fix_values)], verbose=verbose)
+
+
+# ---- 练习：整个模型有多少参数（推导并核对） ---------------------------------------------------------------
+
+
+def transformer_params_formula(src_vocab: int, tgt_vocab: int, d_model: int, d_ff: int, n_layers: int) -> int:
+    """post-LN、不共享嵌入、编码器和解码器各 ``n_layers`` 层的 Transformer 参数量的闭式解。
+
+    两张嵌入表 (V_src + V_tgt)·d；正弦位置编码没有参数；编码器层 = 一套注意力 4(d² + d) + 前馈 2·d·d_ff + d_ff + d
+    + 两个 LayerNorm 4d；解码器层多一套注意力和一个 LayerNorm；输出层 d·V_tgt + V_tgt。
+    """
+    d = d_model
+    attn, ffn, ln = 4 * d * d + 4 * d, 2 * d * d_ff + d_ff + d, 2 * d
+    enc_layer, dec_layer = attn + ffn + 2 * ln, 2 * attn + ffn + 3 * ln
+    return (src_vocab + tgt_vocab) * d + n_layers * (enc_layer + dec_layer) + d * tgt_vocab + tgt_vocab
+
+
+def _counted_params(src_vocab: int, tgt_vocab: int, d_model: int, d_ff: int, n_layers: int) -> int:
+    """真正建一个模型数参数（只用于小尺寸；建模型时不动全局随机状态）。"""
+    from tformer_lib.config import TransformerConfig
+    from tformer_lib.model import count_parameters, make_model
+
+    with torch.random.fork_rng(devices=[]):
+        model = make_model(TransformerConfig(src_vocab, tgt_vocab, d_model=d_model, n_heads=2, d_ff=d_ff,
+                                             n_encoder_layers=n_layers, n_decoder_layers=n_layers, max_len=16))
+    return count_parameters(model)
+
+
+def _model_param_values(f: Callable) -> None:
+    sizes = [(51, 77, 64, 128, 2)]  # 本章的玩具模型
+    for g in random_cases(4, seed=55):
+        sizes.append((draw_int(g, 5, 60), draw_int(g, 5, 60), 2 * draw_int(g, 1, 12), draw_int(g, 1, 64),
+                      draw_int(g, 1, 3)))
+    big = [(37000, 37000, 512, 2048, 6), (32000, 32000, 1024, 4096, 6)]  # 论文基础模型与“大”模型的宽度（不共享嵌入）
+    for k, (vs, vt, d, d_ff, n) in enumerate(sizes + big):
+        call = f"transformer_params(src_vocab={vs}, tgt_vocab={vt}, d_model={d}, d_ff={d_ff}, n_layers={n})"
+        got = as_int(f(vs, vt, d, d_ff, n), f"{call} 的结果")
+        want = _counted_params(vs, vt, d, d_ff, n) if k < len(sizes) else transformer_params_formula(vs, vt, d, d_ff, n)
+        if got == want:
+            continue
+        attn, ffn, ln = 4 * d * d + 4 * d, 2 * d * d_ff + d_ff + d, 2 * d
+        enc, dec = attn + ffn + 2 * ln, 2 * attn + ffn + 3 * ln
+        known = {
+            want - vt: ("漏了输出层的偏置：generator 是 nn.Linear(d_model, V_tgt)，还有 V_tgt 个偏置", "no_generator_bias"),
+            want - d * vt - vt: ("漏了输出层 generator：d_model·V_tgt 个权重加 V_tgt 个偏置", "no_generator"),
+            want - n * (dec - enc): ("解码器层按编码器层算了：每个解码器层多一套交叉注意力（4(d² + d)）和一个 LayerNorm（2d）",
+                                     "decoder_as_encoder"),
+            want - vs * d: ("漏了源端词嵌入 src_embed（V_src × d_model）", "one_embedding"),
+            want - vt * d: ("少了 V_tgt × d_model 个：漏了目标端词嵌入 tgt_embed，或者把输出层的权重当成与它共享了"
+                            "（本题不共享，tie_embeddings=False）", "one_embedding"),
+            (vs + vt) * d + enc + dec + d * vt + vt: ("只数了一层：编码器和解码器各有 n_layers 个层，每层参数各自独立",
+                                                     "one_layer"),
+        }
+        if got in known:
+            hint, key = known[got]
+            raise Mistake(f"{call}：{hint}。", key=key)
+        raise Mistake(f"{call} 应为 {want:,}，你的是 {got:,}。按部件分开数：两张嵌入表、n_layers 个编码器层、"
+                      "n_layers 个解码器层、输出层；正弦位置编码是固定的表，不算参数。", key="values")
+
+
+def check_transformer_params(fn: Callable[[int, int, int, int, int], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(src_vocab, tgt_vocab, d_model, d_ff, n_layers) -> int``：整个编码器–解码器的参数个数
+    （post-LN，编码器、解码器各 ``n_layers`` 层，不共享嵌入）。
+
+    小尺寸时检查器真的建一个模型用 ``count_parameters`` 数（几组随机大小），论文尺寸时用闭式解；
+    认得把位置编码算成参数、漏了输出层或它的偏置、解码器层按编码器层算、只数一层等错误。
+    """
+    return run_checks("整个模型的参数量", fn,
+                      [("与 count_parameters(make_model(...)) 一致（随机大小与论文尺寸）", _model_param_values)],
+                      verbose=verbose)

@@ -1,4 +1,5 @@
-"""第 6 章练习的检查器（checker）：带温度的 softmax、数值稳定的 log-softmax、top-k 分布、由 logits 算交叉熵。
+"""第 6 章练习的检查器（checker）：带温度的 softmax、数值稳定的 log-softmax（找错：减了全局最大值）、top-k 分布、
+由 logits 算交叉熵、带温度的交叉熵的梯度（推导并核对）。
 
 用 :mod:`tformer_lib.exercises._core` 的框架：桩 → “⏳ 尚未完成”（不抛异常）；通过 → ✅；
 未通过 → ❌ 加一句点名常见错误的提示（温度乘反了、先 softmax 后除温度、log(softmax) 下溢成 −inf、
@@ -12,9 +13,25 @@ from typing import Any
 
 import torch
 
-from tformer_lib.exercises._core import CheckResult, Mistake, Variant, as_tensor, compare, randn, run_checks
+from tformer_lib.exercises._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_tensor,
+    compare,
+    draw_int,
+    random_cases,
+    randn,
+    run_checks,
+)
 
-__all__ = ["check_softmax_temperature", "check_log_softmax", "check_top_k_probs", "check_cross_entropy"]
+__all__ = [
+    "check_softmax_temperature",
+    "check_log_softmax",
+    "check_top_k_probs",
+    "check_cross_entropy",
+    "check_temperature_grad",
+]
 
 
 def _nonfinite_where_ref_finite(got: torch.Tensor, ref: torch.Tensor) -> bool:
@@ -60,10 +77,17 @@ def check_softmax_temperature(fn: Callable[[torch.Tensor, float], Any], *, verbo
     def tiny_temperature(f):
         one_case(f, torch.tensor([[10.0, 9.0, 0.0], [-3.0, 2.0, 1.5]]), 0.01, "T = 0.01 的输出")
 
+    def random_sizes(f):
+        for g in random_cases(4, seed=60):
+            z = 3.0 * randn(draw_int(g, 1, 4), draw_int(g, 2, 9), generator=g)
+            t = float(torch.empty(()).uniform_(0.2, 4.0, generator=g))
+            one_case(f, z, t, f"随机大小、T = {t:.3g} 的输出")
+
     return run_checks("带温度的 softmax", fn, [
         ("T = 1 就是普通 softmax", plain),
         ("T = 0.5 与 T = 2（三维输入）", sharp_and_flat),
         ("很小的 T 不溢出", tiny_temperature),
+        ("随机大小与随机温度", random_sizes),
     ], verbose=verbose)
 
 
@@ -90,6 +114,10 @@ def check_log_softmax(fn: Callable[[torch.Tensor], Any], *, verbose: bool = True
     def one_case(f, z: torch.Tensor, what: str) -> None:
         got = as_tensor(f(z.clone()), what)
         ref = z.double().log_softmax(dim=-1)
+        if z.dim() > 1 and z.shape[0] > 1 and got.shape == ref.shape and _close_with_inf(got, _global_max_log_softmax(z)) \
+                and not _close_with_inf(got, ref):
+            raise Mistake("减的是整个张量的最大值 logits.max()，不是每一行自己的最大值：分数比全局最大值小上百的那一行，"
+                          "exp 全部下溢成 0，log 0 = −inf。改成 logits.max(dim=-1, keepdim=True).values", key="global_max")
         if _nonfinite_where_ref_finite(got, ref):
             if bool(torch.isfinite(z.softmax(dim=-1).log()).all()):
                 raise Mistake("出现了 NaN/inf：logsumexp 里直接算 Σ exp(z)，z 上千时 exp 溢出成 inf。"
@@ -107,11 +135,33 @@ def check_log_softmax(fn: Callable[[torch.Tensor], Any], *, verbose: bool = True
     def huge_logits(f):
         one_case(f, torch.tensor([[1000.0, 999.0, 998.0], [-1000.0, -1001.0, -1003.0]]), "很大/很小 logits 的输出")
 
+    def rows_of_different_scale(f):
+        for g in random_cases(4, seed=64):
+            B, V = draw_int(g, 2, 5), draw_int(g, 2, 8)
+            z = randn(B, V, generator=g)
+            z[draw_int(g, 0, B - 1)] += 500.0  # 一批里有一行的分数比其他行大几百
+            one_case(f, z, f"一批 {B} 行、各行尺度不同的输出")
+
     return run_checks("数值稳定的 log-softmax", fn, [
         ("与 torch.log_softmax 一致", ordinary),
         ("极小概率不变成 −inf", tiny_probability),
         ("logits 上千也不溢出", huge_logits),
+        ("一批里各行尺度不同（每行减自己的最大值）", rows_of_different_scale),
     ], verbose=verbose)
+
+
+def _global_max_log_softmax(z: torch.Tensor) -> torch.Tensor:
+    """找错题里的错误写法：减去整个张量的最大值（float32，和读者的计算一样会下溢）。"""
+    m = z.max()
+    return z - (m + (z - m).exp().sum(dim=-1, keepdim=True).log())
+
+
+def _close_with_inf(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.double(), b.double()
+    if a.shape != b.shape:
+        return False
+    same_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
+    return bool((torch.isclose(a, b, atol=1e-5, rtol=1e-4) | same_inf | (torch.isnan(a) & torch.isnan(b))).all())
 
 
 # ---- 练习：top-k 截断后的分布 -----------------------------------------------------------------------------
@@ -161,10 +211,18 @@ def check_top_k_probs(fn: Callable[[torch.Tensor, int], Any], *, verbose: bool =
         one_case(f, randn(2, 4, seed=66), 4, "k = V 的分布")
         one_case(f, randn(2, 4, seed=67), 10, "k > V 的分布")
 
+    def random_sizes(f):
+        for g in random_cases(4, seed=69):
+            V = draw_int(g, 3, 12)
+            z = 2.0 * randn(draw_int(g, 1, 4), V, generator=g)
+            k = draw_int(g, 2, V - 1)
+            one_case(f, z, k, f"V = {V}、k = {k} 的分布")
+
     return run_checks("top-k 截断后的分布", fn, [
         ("k = 3：只剩 3 个词且和为 1", k3),
         ("k = 1 就是贪心的 one-hot", k1_is_greedy),
         ("k ≥ V 时等于普通 softmax", k_at_least_v),
+        ("随机的 V 与 k", random_sizes),
     ], verbose=verbose)
 
 
@@ -211,8 +269,61 @@ def check_cross_entropy(fn: Callable[[torch.Tensor, torch.Tensor], Any], *, verb
         z = torch.tensor([[1000.0, 999.0, 0.0], [0.0, -1000.0, 1.0]])
         one_case(f, z, torch.tensor([1, 2]), "logits 上千时的交叉熵")
 
+    def random_sizes(f):
+        for g in random_cases(4, seed=70):
+            N, V = draw_int(g, 1, 6), draw_int(g, 2, 30)
+            one_case(f, 3.0 * randn(N, V, generator=g), torch.randint(0, V, (N,), generator=g),
+                     f"N = {N}、V = {V} 的平均交叉熵")
+
     return run_checks("由 logits 算交叉熵", fn, [
         ("与 F.cross_entropy 一致", ordinary),
         ("目标概率极小也不变成 inf", confident_wrong),
         ("logits 上千也不溢出", huge_logits),
+        ("随机的 N 与 V", random_sizes),
     ], verbose=verbose)
+
+
+# ---- 练习：带温度的交叉熵对 logits 的梯度（推导并核对） ---------------------------------------------------------
+
+
+def _temperature_grad_ref(z: torch.Tensor, y: int, t: float) -> torch.Tensor:
+    """自动求导得到的 ∂[−ln softmax(z / T)_y] / ∂z（float64）。"""
+    z = z.double().clone().requires_grad_(True)
+    loss = -(z / t).log_softmax(dim=-1)[y]
+    (grad,) = torch.autograd.grad(loss, z)
+    return grad
+
+
+def check_temperature_grad(fn: Callable[[torch.Tensor, int, float], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(logits, target, temperature) -> grad``：``−ln softmax(logits / T)[target]`` 对 ``logits`` 的梯度，
+    ``logits`` 是一维 ``(V,)``，结果形状相同。闭式解是 ``(softmax(logits / T) − onehot(target)) / T``。
+
+    检查器在几组随机的 V、T 上与自动求导（autograd）对照；认得忘了 1/T、乘了 T、用了 T = 1 的概率、符号反了等错误。
+    """
+
+    def variants(z: torch.Tensor, y: int, t: float) -> list[Variant]:
+        p_t = (z / t).softmax(-1)
+        onehot = torch.nn.functional.one_hot(torch.tensor(y), z.shape[-1]).double()
+        return [
+            Variant("no_inv_t", f"少了链式法则里的 1/T：损失对 z/T 的梯度是 p − onehot，z/T 对 z 的导数还要再乘 1/T"
+                    f"（这次 T = {t:.3g}）", p_t - onehot),
+            Variant("times_t", "乘了 T：z/T 对 z 的导数是 1/T，不是 T", (p_t - onehot) * t),
+            Variant("p_at_t1", "概率用的是 softmax(z)（T = 1）：前向传播用的是 softmax(z / T)，梯度里的 p 也应是它",
+                    (z.softmax(-1) - onehot) / t),
+            Variant("sign", "符号反了：梯度是 p − onehot（正确词的分数被往上推，梯度在那里为负）",
+                    (onehot - p_t) / t),
+        ]
+
+    def values(f):
+        cases = [(torch.tensor([5.0, 4.0, 0.0]), 0, 1.0), (torch.tensor([5.0, 4.0, 0.0]), 0, 2.0)]
+        for g in random_cases(5, seed=71):
+            V = draw_int(g, 2, 10)
+            t = float(torch.empty(()).uniform_(0.3, 3.0, generator=g))
+            cases.append((2.0 * randn(V, generator=g), draw_int(g, 0, V - 1), t))
+        for z, y, t in cases:
+            what = f"V = {z.shape[0]}、目标 {y}、T = {t:.3g} 时的梯度"
+            got = as_tensor(f(z.clone(), y, t), what)
+            compare(got, _temperature_grad_ref(z, y, t), what=what, variants=variants(z.double(), y, t),
+                    default_hint="先写前向：L = −(z_y / T) + logsumexp(z / T)，再对每个 z_i 求导")
+
+    return run_checks("带温度的交叉熵的梯度", fn, [("与自动求导一致（几组随机的 V 与 T）", values)], verbose=verbose)
