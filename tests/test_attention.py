@@ -103,24 +103,24 @@ def test_multi_head_attention_keeps_last_weights_and_split_heads_order():
 
 
 def test_attention_bad_inputs():
-    with pytest.raises(ValueError, match="d_model=510 is not divisible by n_heads=8"):
+    with pytest.raises(ValueError, match="d_model=510 不能被 n_heads=8 整除"):
         MultiHeadAttention(510, 8)
     mha = MultiHeadAttention(16, 4)
     x = torch.randn(2, 5, 16)
-    with pytest.raises(ValueError, match=r"query must be a 3-D tensor \(B, T, d_model\), got shape \(5, 16\)"):
+    with pytest.raises(ValueError, match=r"query 应是 3 维张量 \(B, T, d_model\)，收到形状 \(5, 16\)"):
         mha(x[0], x[0], x[0])
-    with pytest.raises(ValueError, match="query, key and value must share d_model"):
+    with pytest.raises(ValueError, match="query、key、value 的最后一维 d_model 应相同"):
         mha(x, torch.randn(2, 5, 8), torch.randn(2, 5, 8))
-    with pytest.raises(ValueError, match="query has d_model=8"):
+    with pytest.raises(ValueError, match="query 的最后一维是 8，但这一层的 d_model=16"):
         mha(torch.randn(2, 5, 8), x, x)
-    with pytest.raises(ValueError, match="empty sequence"):
+    with pytest.raises(ValueError, match="query 是空序列"):
         mha(torch.randn(2, 0, 16), x, x)
-    with pytest.raises(ValueError, match=r"does not broadcast to the score shape \(2, 4, 5, 5\)"):
+    with pytest.raises(ValueError, match=r"mask 的形状 \(3, 5\) 无法广播到分数的形状 \(2, 4, 5, 5\)"):
         mha(x, x, x, torch.ones(3, 5, dtype=torch.bool))
-    with pytest.raises(TypeError, match="must have dtype torch.bool"):
+    with pytest.raises(TypeError, match="mask 的 dtype 应是 torch.bool"):
         mha(x, x, x, torch.ones(5, 5))
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="q and k must share the last dimension"):
+    with pytest.raises(ValueError, match="q 与 k 的最后一维 d_k 应相同"):
         scaled_dot_product_attention(q, k[..., :4], v)
-    with pytest.raises(ValueError, match="k and v must have the same length"):
+    with pytest.raises(ValueError, match="k 与 v 的长度 T_k 应相同"):
         scaled_dot_product_attention(q, k, v[..., :3, :])

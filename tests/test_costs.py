@@ -106,7 +106,7 @@ def test_bad_arguments():
         encoder_layer_flops({"d_model": 8}, 1, 1)
     with pytest.raises(ValueError, match="length"):
         encoder_layer_flops(_config(), 1, 0)
-    with pytest.raises(ValueError, match="divisible"):
+    with pytest.raises(ValueError, match="d_model=10 不能被 n_heads=3 整除"):
         attention_flops(1, 2, 2, 10, 3)
 
 

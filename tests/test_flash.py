@@ -116,5 +116,5 @@ def test_bad_inputs_raise_clear_errors():
         tiled_attention(q, k[..., :4], v)
     with pytest.raises(TypeError, match="mask"):
         tiled_attention(q, k, v, mask=torch.ones(11, 13))
-    with pytest.raises(TypeError, match="floating"):
+    with pytest.raises(TypeError, match="x 应是浮点类型"):
         online_softmax(torch.arange(4), 2)

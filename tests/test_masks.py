@@ -27,9 +27,9 @@ def test_combined_target_mask():
 
 
 def test_mask_bad_inputs():
-    with pytest.raises(ValueError, match="n must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="n 应是正整数，收到 0"):
         causal_mask(0)
-    with pytest.raises(ValueError, match=r"tokens must be a 2-D tensor \(B, T\)"):
+    with pytest.raises(ValueError, match=r"tokens 应是 2 维张量 \(B, T\)"):
         padding_mask(torch.tensor([1, 2, 3]))
-    with pytest.raises(TypeError, match="torch.bool"):
+    with pytest.raises(TypeError, match="masks 里的每个掩码都应是 torch.bool"):
         combine_masks(torch.ones(2, 2))

@@ -136,13 +136,13 @@ def test_tied_embeddings_share_storage():
 @pytest.mark.parametrize(
     "overrides, error, pattern",
     [
-        (dict(d_model=510, n_heads=8), ValueError, "d_model=510 is not divisible by n_heads=8"),
-        (dict(d_model=0), ValueError, "d_model must be a positive int, got 0"),
-        (dict(n_encoder_layers=-1), ValueError, "n_encoder_layers must be a positive int, got -1"),
-        (dict(d_ff=2.5), TypeError, "d_ff must be an int"),
-        (dict(dropout=1.5), ValueError, "dropout must be a float in"),
-        (dict(positional="rotary"), ValueError, "positional must be one of"),
-        (dict(share_embeddings=True), ValueError, "share_embeddings=True needs"),
+        (dict(d_model=510, n_heads=8), ValueError, "d_model=510 不能被 n_heads=8 整除"),
+        (dict(d_model=0), ValueError, "d_model 应是正整数，收到 0"),
+        (dict(n_encoder_layers=-1), ValueError, "n_encoder_layers 应是正整数，收到 -1"),
+        (dict(d_ff=2.5), TypeError, "d_ff 应是整数"),
+        (dict(dropout=1.5), ValueError, "dropout 应是 \\[0, 1\\) 内的数"),
+        (dict(positional="rotary"), ValueError, "positional 应是 .* 之一"),
+        (dict(share_embeddings=True), ValueError, "share_embeddings=True 要求"),
     ],
 )
 def test_bad_config(overrides, error, pattern):
@@ -154,15 +154,15 @@ def test_bad_model_inputs():
     model = make_model(small_config())
     src = torch.randint(4, 30, (2, 5))
     tgt = torch.randint(4, 25, (2, 4))
-    with pytest.raises(ValueError, match=r"outside the vocabulary \[0, 29\]"):
+    with pytest.raises(ValueError, match=r"src 中的词元 id 落在 \[4, 31\]，超出了词表范围 \[0, 29\]"):
         model(torch.tensor([[4, 31]]), tgt[:1])
-    with pytest.raises(ValueError, match=r"src must be a 2-D tensor"):
+    with pytest.raises(ValueError, match=r"src 应是 2 维张量"):
         model(src[0], tgt)
-    with pytest.raises(ValueError, match="src is an empty sequence"):
+    with pytest.raises(ValueError, match="src 是空序列"):
         model(src[:, :0], tgt)
-    with pytest.raises(TypeError, match="integer token ids"):
+    with pytest.raises(TypeError, match="src 应是整数类型的词元 id"):
         model(src.float(), tgt)
-    with pytest.raises(ValueError, match="exceeds the positional encoding's max_len=40"):
+    with pytest.raises(ValueError, match="超出了位置编码的 max_len=40"):
         model(torch.randint(4, 30, (1, 41)), tgt[:1])
-    with pytest.raises(TypeError, match="config must be a TransformerConfig"):
+    with pytest.raises(TypeError, match="config 应是 TransformerConfig"):
         make_model({"d_model": 8})

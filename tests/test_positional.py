@@ -85,7 +85,7 @@ def test_rope_scores_depend_only_on_relative_position():
     x = torch.randn(2, 5, 16)
     torch.testing.assert_close(apply_rope(x).norm(dim=-1), x.norm(dim=-1))
     torch.testing.assert_close(apply_rope(x)[:, 0], x[:, 0])
-    with pytest.raises(ValueError, match="even"):
+    with pytest.raises(ValueError, match="RoPE 要求 x 的最后一维是偶数"):
         apply_rope(torch.randn(2, 5, 7))
 
 

@@ -75,7 +75,7 @@ def __getattr__(name, _previous=globals().get("__getattr__")):
         return getattr(importlib.import_module(_VIZ_LAZY[name]), name)
     if _previous is not None:
         return _previous(name)
-    raise AttributeError(f"module 'tformer_lib' has no attribute {name!r}")
+    raise AttributeError(f"模块 'tformer_lib' 没有属性 {name!r}")
 
 # --- efficiency ---
 from .costs import (

@@ -100,7 +100,7 @@ class MultiHeadAttention(nn.Module):
         positive_int("d_model", d_model)
         positive_int("n_heads", n_heads)
         if d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+            raise ValueError(f"d_model={d_model} 不能被 n_heads={n_heads} 整除")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         n_kv_heads = n_heads if n_kv_heads is None else positive_int("n_kv_heads", n_kv_heads)
         if n_heads % n_kv_heads != 0:
@@ -151,14 +151,14 @@ class MultiHeadAttention(nn.Module):
             tensor_with_dim(name, x, 3, "(B, T, d_model)")
             non_empty_sequence(name, x)
         if query.shape[-1] != self.d_model:
-            raise ValueError(f"query has d_model={query.shape[-1]}, but this layer expects d_model={self.d_model}")
+            raise ValueError(f"query 的最后一维是 {query.shape[-1]}，但这一层的 d_model={self.d_model}")
         if key.shape[-1] != query.shape[-1] or value.shape[-1] != query.shape[-1]:
             raise ValueError(
-                f"query, key and value must share d_model, got query {tuple(query.shape)}, "
-                f"key {tuple(key.shape)}, value {tuple(value.shape)}"
+                f"query、key、value 的最后一维 d_model 应相同，收到 query {tuple(query.shape)}、"
+                f"key {tuple(key.shape)}、value {tuple(value.shape)}"
             )
         if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key and value must have the same (B, T_k), got {tuple(key.shape)} and {tuple(value.shape)}")
+            raise ValueError(f"key 与 value 的 (B, T_k) 应相同，收到 {tuple(key.shape)} 与 {tuple(value.shape)}")
 
     def forward(
         self,

@@ -35,20 +35,20 @@ class TransformerConfig:
                      "n_encoder_layers", "n_decoder_layers", "max_len"):
             positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads != 0:
-            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+            raise ValueError(f"d_model={self.d_model} 不能被 n_heads={self.n_heads} 整除")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be a float in [0, 1), got {self.dropout!r}")
+            raise ValueError(f"dropout 应是 [0, 1) 内的数，收到 {self.dropout!r}")
         if self.positional not in POSITIONAL_KINDS:
-            raise ValueError(f"positional must be one of {POSITIONAL_KINDS}, got {self.positional!r}")
+            raise ValueError(f"positional 应是 {POSITIONAL_KINDS} 之一，收到 {self.positional!r}")
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+            raise ValueError(f"activation 应是 {ACTIVATIONS} 之一，收到 {self.activation!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
-                f"share_embeddings=True needs src_vocab_size == tgt_vocab_size, "
-                f"got {self.src_vocab_size} and {self.tgt_vocab_size}"
+                f"share_embeddings=True 要求 src_vocab_size == tgt_vocab_size，"
+                f"收到 {self.src_vocab_size} 与 {self.tgt_vocab_size}"
             )
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(f"pad_id={self.pad_id} must be a valid id in both vocabularies")
+            raise ValueError(f"pad_id={self.pad_id} 应是两个词表里都合法的 id（0 ≤ pad_id < min(src_vocab_size, tgt_vocab_size)）")
 
     @property
     def d_k(self) -> int:
@@ -64,5 +64,5 @@ class TransformerConfig:
         """从 :meth:`to_dict` 的结果还原；未知字段给出清楚的错误。"""
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"unknown TransformerConfig fields: {sorted(unknown)}")
+            raise ValueError(f"data 含有 TransformerConfig 没有的字段：{sorted(unknown)}")
         return cls(**data)

@@ -53,7 +53,7 @@ __all__ = [
 
 def _check_config(config) -> TransformerConfig:
     if not isinstance(config, TransformerConfig):
-        raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        raise TypeError(f"config 应是 TransformerConfig，收到 {type(config).__name__}")
     return config
 
 
@@ -65,7 +65,7 @@ def attention_flops(batch: int, t_q: int, t_k: int, d_model: int, n_heads: int) 
     for name, value in (("batch", batch), ("t_q", t_q), ("t_k", t_k), ("d_model", d_model), ("n_heads", n_heads)):
         positive_int(name, value)
     if d_model % n_heads != 0:
-        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        raise ValueError(f"d_model={d_model} 不能被 n_heads={n_heads} 整除")
     d_k = d_model // n_heads
     parts = {
         "q_proj": 2 * batch * t_q * d_model * d_model,  # (B·T_q, d) @ (d, d)
@@ -139,7 +139,7 @@ def attention_memory(
                         ("n_heads", n_heads), ("bytes_per_element", bytes_per_element)):
         positive_int(name, value)
     if d_model % n_heads != 0:
-        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        raise ValueError(f"d_model={d_model} 不能被 n_heads={n_heads} 整除")
     e = bytes_per_element
     return {
         "q": batch * t_q * d_model * e,  # (B, h, T_q, d_k)

@@ -21,6 +21,7 @@ class TokenEmbedding(nn.Module):
         self.d_model = positive_int("d_model", d_model)
         self.lut = nn.Embedding(vocab_size, d_model)  # 查找表（lookup table）
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        token_ids("tokens", tokens, self.vocab_size)
+    def forward(self, tokens: torch.Tensor, name: str = "tokens") -> torch.Tensor:
+        """``name`` 是出错时报告的参数名：模型传入 ``"src"`` 或 ``"tgt_in"``，让错误指向调用者自己的参数。"""
+        token_ids(name, tokens, self.vocab_size)
         return self.lut(tokens) * math.sqrt(self.d_model)  # (B, T, d_model)

@@ -23,7 +23,7 @@ class PositionwiseFeedForward(nn.Module):
         positive_int("d_model", d_model)
         positive_int("d_ff", d_ff)
         if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+            raise ValueError(f"activation 应是 {sorted(_ACTIVATIONS)} 之一，收到 {activation!r}")
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_3 = nn.Linear(d_model, d_ff) if activation == "swiglu" else None  # SwiGLU 的门
         self.activation = _ACTIVATIONS[activation]()

@@ -44,10 +44,10 @@ def online_softmax(
     供画出“运行最大值”如何一步步变化。整行都是 ``-inf`` 时输出全 0（``torch.softmax`` 给 nan）。
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        raise TypeError(f"x 应是浮点类型的 torch.Tensor，收到 {getattr(x, 'dtype', type(x).__name__)}")
     positive_int("block_size", block_size)
     if x.dim() == 0 or x.shape[dim] == 0:
-        raise ValueError(f"x must have a non-empty dimension dim={dim}, got shape {tuple(x.shape)}")
+        raise ValueError(f"x 在 dim={dim} 这一维上不能为空，收到形状 {tuple(x.shape)}")
     z = x.movedim(dim, -1)  # (..., n)：把要归一化的维度挪到最后
     n = z.shape[-1]
     m = torch.full(z.shape[:-1], float("-inf"), dtype=z.dtype, device=z.device)  # (...,) 运行最大值

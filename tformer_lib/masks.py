@@ -34,7 +34,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
         if mask is None:
             continue
         if mask.dtype != torch.bool:
-            raise TypeError(f"every mask must have dtype torch.bool (True = may attend), got {mask.dtype}")
+            raise TypeError(f"masks 里的每个掩码都应是 torch.bool（True = 可以关注），收到 dtype {mask.dtype}")
         result = mask if result is None else result & mask
     return result
 

@@ -103,7 +103,7 @@ class Transformer(nn.Module):
         self._check_tokens("src", src)
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
-        return self.encoder(self.src_pos(self.src_embed(src)), src_mask)
+        return self.encoder(self.src_pos(self.src_embed(src, name="src")), src_mask)
 
     def decode(
         self,
@@ -127,7 +127,7 @@ class Transformer(nn.Module):
             length = tgt_in.shape[1]
             causal = causal_mask(start + length, device=tgt_in.device)[start:]  # (T_new, start + T_new)
             tgt_mask = causal if cache is not None else combine_masks(padding_mask(tgt_in, self.config.pad_id), causal)
-        x = self.tgt_pos(self.tgt_embed(tgt_in), start=start)  # (B, T, d_model)
+        x = self.tgt_pos(self.tgt_embed(tgt_in, name="tgt_in"), start=start)  # (B, T, d_model)
         hidden = self.decoder(x, memory, src_mask, tgt_mask, cache)
         if cache is not None:
             cache.length += tgt_in.shape[1]
@@ -170,7 +170,7 @@ class Transformer(nn.Module):
 def make_model(config: TransformerConfig) -> Transformer:
     """按配置搭出一个初始化好的 Transformer。"""
     if not isinstance(config, TransformerConfig):
-        raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        raise TypeError(f"config 应是 TransformerConfig，收到 {type(config).__name__}")
     return Transformer(config)
 
 

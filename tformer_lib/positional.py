@@ -39,11 +39,11 @@ def _check_positions(x: torch.Tensor, start: int, max_len: int) -> int:
     tensor_with_dim("x", x, 3, "(B, T, d_model)")
     length = x.shape[1]
     if start < 0:
-        raise ValueError(f"start must be >= 0, got {start}")
+        raise ValueError(f"start 应 ≥ 0，收到 {start}")
     if start + length > max_len:
         raise ValueError(
-            f"sequence of length {length} starting at position {start} exceeds the positional "
-            f"encoding's max_len={max_len}; build the model with a larger max_len"
+            f"x 的长度 {length} 从位置 {start} 开始，超出了位置编码的 max_len={max_len}；"
+            f"请用更大的 max_len 建模型，或缩短输入"
         )
     return length
 
@@ -100,14 +100,14 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     性质：``<rope(q, m), rope(k, n)>`` 只依赖 ``m - n``。
     """
     if not isinstance(x, torch.Tensor) or x.dim() < 2:
-        raise ValueError(f"x must be a tensor of shape (..., T, d), got {getattr(x, 'shape', type(x))}")
+        raise ValueError(f"x 应是形状为 (..., T, d) 的张量，收到 {getattr(x, 'shape', type(x))}")
     length, d = x.shape[-2], x.shape[-1]
     if d % 2 != 0:
-        raise ValueError(f"the last dimension of x must be even for RoPE, got d={d}")
+        raise ValueError(f"RoPE 要求 x 的最后一维是偶数，收到 d={d}")
     if positions is None:
         positions = torch.arange(length, device=x.device)
     if positions.shape != (length,):
-        raise ValueError(f"positions must have shape ({length},), got {tuple(positions.shape)}")
+        raise ValueError(f"positions 的形状应是 ({length},)，收到 {tuple(positions.shape)}")
     theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)  # (d/2,)
     angle = positions.to(torch.float64)[:, None] * theta[None, :]  # (T, d/2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)

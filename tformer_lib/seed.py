@@ -12,7 +12,7 @@ def set_seed(seed: int = 0) -> None:
     在 CPU 上，同一台机器、同样的线程数下，设定种子后的训练与采样逐位可复现。
     """
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        raise ValueError(f"seed 应是非负整数，收到 {seed!r}")
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
