@@ -19,16 +19,26 @@ from tformer_lib.exercises.checks import (
 )
 
 # --- ch04 ---
-from tformer_lib.exercises.ch04 import check_mha_param_count, check_pre_ln_block
+from tformer_lib.exercises.ch04 import (
+    check_changed_positions,
+    check_fixed_masked_attention,
+    check_fixed_mha_forward,
+    check_layer_param_count,
+)
 
 # --- ch01 ---
-from tformer_lib.exercises.ch01 import check_encode, check_one_hot_lookup, check_pad_batch, check_token_embedding
+from tformer_lib.exercises.ch01 import check_encode, check_mixed_cosine, check_pad_batch, check_unk_rate
 
 # --- ch03 ---
-from tformer_lib.exercises.ch03 import check_attention_entropy, check_simple_self_attention, check_softmax_jacobian
+from tformer_lib.exercises.ch03 import (
+    check_attention_shapes,
+    check_fixed_attention,
+    check_softmax_backward,
+    check_unit_variance_scale,
+)
 
 # --- ch02 ---
-from tformer_lib.exercises.ch02 import check_order_blindness_test, check_shift_rotation, check_wavelength
+from tformer_lib.exercises.ch02 import check_order_blindness_test, check_pe_distance, check_relative_position_index
 
 # --- ch05 ---
 from tformer_lib.exercises.ch05 import (
@@ -42,7 +52,12 @@ from tformer_lib.exercises.ch05 import (
 )
 
 # --- ch08 ---
-from tformer_lib.exercises.ch08 import check_flash_step, check_kv_cache_bytes, check_online_softmax, check_qk_flops
+from tformer_lib.exercises.ch08 import (
+    check_decoder_crossover,
+    check_flash_step,
+    check_gqa_kv_bytes,
+    check_tiled_peak_bytes,
+)
 
 # --- ch06 ---
 from tformer_lib.exercises.ch06 import (
@@ -54,4 +69,10 @@ from tformer_lib.exercises.ch06 import (
 )
 
 # --- ch07 ---
-from tformer_lib.exercises.ch07 import check_beam_score, check_noam_rate, check_smoothed_loss, check_smoothed_targets
+from tformer_lib.exercises.ch07 import (
+    check_beam_score,
+    check_half_peak_step,
+    check_initial_loss,
+    check_smoothed_loss,
+    check_smoothed_targets,
+)

@@ -1,8 +1,12 @@
-"""第 3 章练习的检查器（checker）：朴素自注意力、注意力的熵、softmax 的雅可比矩阵。
+"""第 3 章练习的检查器（checker）与“找错”题里那段有错的代码。
 
-用 :mod:`tformer_lib.exercises._core` 的框架：桩 → “⏳ 尚未完成”（不抛异常）；通过 → ✅；
-未通过 → ❌ 加一句点名常见错误的提示（softmax 方向错、忘了 softmax、用了 XᵀX、忘了加权求和、
-0·ln0 得到 NaN、用了 log2、雅可比漏了对角项……）。
+- :func:`check_attention_shapes`（预测再验证）：预测注意力里权重与输出的形状；
+- :func:`check_unit_variance_scale`（推导并核对）：让分数方差回到 1 的缩放系数；
+- :func:`buggy_attention` + :func:`check_fixed_attention`（找错）：一处只在“方阵”上看不出来的错；
+- :func:`check_softmax_backward`（推导并核对）：不构造雅可比矩阵的 softmax 反向传播。
+
+每个检查器都在多组随机尺寸上调用读者的函数（写死的答案过不了），接受任何正确的数值类型
+（Python int/float、NumPy 标量、0 维张量），桩（stub）→ “⏳ 尚未完成”，不抛异常。
 """
 
 from __future__ import annotations
@@ -13,163 +17,259 @@ from typing import Any
 
 import torch
 
-from tformer_lib.exercises._core import CheckResult, Mistake, Variant, as_tensor, compare, randn, run_checks
+from tformer_lib.attention import scaled_dot_product_attention
+from tformer_lib.exercises._core import CheckResult, Mistake, Variant, as_int, as_number, compare, generator, run_checks
 
-__all__ = ["check_simple_self_attention", "check_attention_entropy", "check_softmax_jacobian"]
+__all__ = [
+    "check_attention_shapes",
+    "check_unit_variance_scale",
+    "buggy_attention",
+    "check_fixed_attention",
+    "check_softmax_backward",
+]
 
 
-# ---- 练习：朴素自注意力 softmax(X Xᵀ) X ------------------------------------------------------------
+# ---- 小工具：把读者返回的数、形状转成 Python 的 int/float ---------------------------------------------
 
 
-def _pair(out: Any) -> tuple[Any, Any]:
+def _shape(value: Any, call: str) -> tuple[int, ...]:
+    """接受 tuple/list/torch.Size，元素是整数（含 NumPy 整数、0 维整数张量）。"""
+    if isinstance(value, str):
+        raise Mistake(f"{call} 里的形状写成了字符串 {value!r}：请写成整数元组，例如 (2, 3)", key="string")
+    if not isinstance(value, (tuple, list, torch.Size)):
+        raise Mistake(f"{call} 里的形状应是整数元组，例如 (2, 3)，你给的是 {type(value).__name__}", key="type")
+    dims = tuple(as_int(d, f"{call} 里形状的每一维") for d in value)
+    if any(d < 0 for d in dims):
+        raise Mistake(f"{call} 里的形状应由非负整数组成，你给的是 {dims!r}", key="type")
+    return dims
+
+
+def _sizes(seed: int, n: int = 6) -> list[tuple[int, int, int, int, int, int]]:
+    """n 组互不相同的 (B, h, T_q, T_k, d_k, d_v)：6 个数两两不同，交换任何两个都看得出来。"""
+    g = generator(seed)
+    out = []
+    while len(out) < n:
+        dims = tuple(int(x) for x in torch.randint(1, 40, (6,), generator=g))
+        if len(set(dims)) == 6:
+            out.append(dims)  # type: ignore[arg-type]
+    return out
+
+
+# ---- 练习：预测注意力里的形状 -------------------------------------------------------------------------
+
+
+def check_attention_shapes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(B, h, T_q, T_k, d_k, d_v) -> (weights_shape, output_shape)``。
+
+    ``q`` 为 ``(B, h, T_q, d_k)``、``k`` 为 ``(B, h, T_k, d_k)``、``v`` 为 ``(B, h, T_k, d_v)`` 时，
+    ``scaled_dot_product_attention(q, k, v)`` 返回的权重与输出的形状；检查器在随机尺寸上用真实的调用核对。
+    """
+
+    def one(f, sizes) -> None:
+        B, h, T_q, T_k, d_k, d_v = sizes
+        call = f"predict_shapes{sizes}"
+        got = f(*sizes)
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            raise Mistake(f"{call} 应返回两个形状组成的二元组 (weights_shape, output_shape)", key="type")
+        w, o = _shape(got[0], call), _shape(got[1], call)
+        g = generator(sum(sizes))
+        q = torch.randn(B, h, T_q, d_k, generator=g)
+        k = torch.randn(B, h, T_k, d_k, generator=g)
+        v = torch.randn(B, h, T_k, d_v, generator=g)
+        out, weights = scaled_dot_product_attention(q, k, v)
+        want_w, want_o = tuple(weights.shape), tuple(out.shape)
+        if w != want_w:
+            if w == (B, h, T_k, T_q):
+                hint = "权重的最后两维反了：每一行是一个查询，每一列是一个键，所以是 (…, T_q, T_k)"
+            elif w == (B, h, T_q, T_q):
+                hint = "权重的列数是键的个数 T_k，不是查询的个数：这里 T_q ≠ T_k（交叉注意力就是这样）"
+            elif w in ((B, T_q, T_k), (T_q, T_k)):
+                hint = "少了批量维或头维：q @ kᵀ 只作用在最后两维，前面的 (B, h) 原样保留"
+            else:
+                hint = f"权重的形状应为 {want_w}，你预测的是 {w}"
+            raise Mistake(f"{call}：{hint}", key="weights_shape")
+        if o != want_o:
+            if o == (B, h, T_q, d_k):
+                hint = "输出的最后一维来自 V（d_v），不是 d_k：O = A V，(T_q, T_k) @ (T_k, d_v) → (T_q, d_v)"
+            elif o == (B, h, T_k, d_v):
+                hint = "输出每一行对应一个查询，行数是 T_q 而不是 T_k"
+            else:
+                hint = f"输出的形状应为 {want_o}，你预测的是 {o}"
+            raise Mistake(f"{call}：{hint}", key="output_shape")
+
+    def cases(f):
+        for sizes in _sizes(3):
+            one(f, sizes)
+
+    return run_checks("预测注意力的形状", fn, [("6 组随机尺寸（T_q ≠ T_k，d_k ≠ d_v）", cases)], verbose=verbose)
+
+
+# ---- 练习：让分数方差回到 1 的缩放系数 ----------------------------------------------------------------
+
+
+def check_unit_variance_scale(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(d_k, sigma_q, sigma_k) -> c``：q、k 的分量独立、均值 0、标准差分别为 σ_q、σ_k 时，
+    使 ``Var(c · q·k) = 1`` 的正数 ``c``，即 ``1 / (√d_k · σ_q · σ_k)``。
+    """
+
+    def want(d_k, sq, sk):
+        return 1.0 / (math.sqrt(d_k) * sq * sk)
+
+    def variants(d_k, sq, sk) -> list[tuple[float, str, str]]:
+        return [
+            (1 / math.sqrt(d_k), "sigma_ignored", "σ_q、σ_k 被忽略了：1/√d_k 只在分量方差为 1 时成立；"
+             "每项 q_t k_t 的方差是 σ_q² σ_k²"),
+            (1 / (d_k * sq * sk), "variance_not_std", "除的是 d_k 而不是 √d_k：Var(c·X) = c²·Var(X)，"
+             "所以 c 要取标准差的倒数，而不是方差的倒数"),
+            (1 / (d_k * sq**2 * sk**2), "variance_not_std", "这是方差的倒数：Var(c·X) = c²·Var(X)，c 应取标准差的倒数"),
+            (1 / (math.sqrt(d_k) * sq**2 * sk**2), "sigma_squared", "σ 多了一次平方：Var(q_t k_t) = σ_q² σ_k²，"
+             "开方之后标准差里是 σ_q σ_k"),
+            (math.sqrt(d_k) * sq * sk, "reciprocal", "结果颠倒了：这是点积的标准差本身，缩放系数是它的倒数"),
+            (1 / (math.sqrt(d_k) * (sq + sk)), "sum_of_sigmas", "两个独立量之积的方差是方差之积 σ_q² σ_k²，不是和"),
+        ]
+
+    def cases(f):
+        g = generator(17)
+        for _ in range(8):
+            d_k = int(torch.randint(1, 1025, (1,), generator=g))
+            sq, sk = (round(float(x), 3) for x in 0.2 + 4.8 * torch.rand(2, generator=g))
+            call = f"unit_variance_scale({d_k}, {sq}, {sk})"
+            c = as_number(f(d_k, sq, sk), f"{call} 的返回值")
+            ref = want(d_k, sq, sk)
+            if math.isclose(c, ref, rel_tol=1e-4):
+                continue
+            for value, key, hint in variants(d_k, sq, sk):
+                if math.isclose(c, value, rel_tol=1e-4):
+                    raise Mistake(f"{call} 返回 {c:.6g}，应为 {ref:.6g}。{hint}", key=key)
+            raise Mistake(f"{call} 返回 {c:.6g}，应为 {ref:.6g}。提示：先求 Var(q·k)，再想 c 取多少时 "
+                          "c²·Var(q·k) = 1", key="values")
+
+    def empirical(f):  # 推导出的公式也要在实验里成立（对照读者的 c 做一次蒙特卡洛）
+        g = generator(18)
+        d_k, sq, sk = 48, 2.5, 0.4
+        c = as_number(f(d_k, sq, sk), f"unit_variance_scale({d_k}, {sq}, {sk}) 的返回值")
+        q = sq * torch.randn(20000, d_k, generator=g, dtype=torch.float64)
+        k = sk * torch.randn(20000, d_k, generator=g, dtype=torch.float64)
+        var = float((c * (q * k).sum(-1)).var())
+        if not 0.9 < var < 1.1:
+            raise Mistake(f"用你的 c 缩放 20000 对随机向量，分数的方差是 {var:.3f}，不是 1", key="values")
+
+    return run_checks("让分数方差回到 1 的缩放系数", fn, [
+        ("8 组随机的 d_k、σ_q、σ_k", cases),
+        ("蒙特卡洛实验：缩放后方差 ≈ 1", empirical),
+    ], verbose=verbose)
+
+
+# ---- 练习（找错）：只在方阵上看不出来的错 ---------------------------------------------------------------
+
+
+def buggy_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """一个有一处错误的缩放点积注意力（第 3 章“找错”练习用，不要在别处使用）。
+
+    形状：``q`` 为 ``(..., T_q, d_k)``，``k`` 为 ``(..., T_k, d_k)``，``v`` 为 ``(..., T_k, d_v)``；
+    返回 ``(output, weights)``。
+    """
+    scale = math.sqrt(q.shape[-2])
+    scores = q @ k.transpose(-2, -1) / scale  # (..., T_q, T_k)
+    weights = scores.softmax(dim=-1)  # 每行和为 1
+    return weights @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
+
+
+def _pair(out: Any, call: str) -> tuple[Any, Any]:
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise Mistake("请返回二元组 (output, weights)", key="type")
+        raise Mistake(f"{call} 应返回二元组 (output, weights)", key="type")
     return out[0], out[1]
 
 
-def _gram(x: torch.Tensor) -> torch.Tensor:
-    return x @ x.transpose(-2, -1)  # (..., T, T)
+def check_fixed_attention(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查改好的 ``fn(q, k, v) -> (output, weights)`` 是否与库里的 ``scaled_dot_product_attention`` 一致。"""
 
+    def one(f, shape_q, T_k, d_v, seed) -> None:
+        g = generator(seed)
+        *lead, T_q, d_k = shape_q
+        q = torch.randn(*shape_q, generator=g, dtype=torch.float64)
+        k = torch.randn(*lead, T_k, d_k, generator=g, dtype=torch.float64)
+        v = torch.randn(*lead, T_k, d_v, generator=g, dtype=torch.float64)
+        call = f"fixed_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)})"
+        out, weights = _pair(f(q.clone(), k.clone(), v.clone()), call)
+        ref_out, ref_w = scaled_dot_product_attention(q, k, v)
+        raw = q @ k.transpose(-2, -1)  # (..., T_q, T_k)
 
-def check_simple_self_attention(fn: Callable[[torch.Tensor], Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(X) -> (output, weights)``：不带参数、不缩放的自注意力。
+        def w_variant(key, hint, s, dim=-1):
+            return Variant(key, hint, s.softmax(dim=dim))
 
-    ``X`` 形状 ``(..., T, d)``；应返回 ``weights = softmax(X Xᵀ)``（沿最后一维，``(..., T, T)``）
-    与 ``output = weights @ X``（``(..., T, d)``）。
-    """
-
-    def weight_variants(x: torch.Tensor) -> list[Variant]:
-        g = _gram(x)
-        return [
-            Variant("wrong_axis", "softmax 的方向不对：现在是每一列和为 1；应沿最后一维（键的方向，dim=-1）归一化，"
-                    "让每一行和为 1", g.softmax(dim=-2)),
-            Variant("no_softmax", "weights 就是原始分数 X Xᵀ：忘了做 softmax", g),
-            Variant("scaled", "这里练的是不带缩放的朴素版本 softmax(X Xᵀ)，不要除以 √d",
-                    (g / math.sqrt(x.shape[-1])).softmax(dim=-1)),
+        bug = "缩放用的是 √T_q（查询的个数，q.shape[-2]），应是 √d_k（每个向量的维度，q.shape[-1]）。" \
+              "在 T = d_k 的方阵例子里两者相等，所以看不出来"
+        w_variants = [
+            w_variant("sqrt_T", bug, raw / math.sqrt(T_q)),
+            w_variant("sqrt_T", "缩放用的是 √T_k（键的个数），应是 √d_k（向量维度 q.shape[-1]）", raw / math.sqrt(T_k)),
+            w_variant("no_scale", "把缩放整个删掉了：要除以 √d_k，不是不除", raw),
+            w_variant("divide_d_k", "除的是 d_k 而不是 √d_k", raw / d_k),
+            w_variant("wrong_axis", "softmax 的方向不对：应沿最后一维（键的方向，dim=-1）",
+                      raw / math.sqrt(d_k), dim=-2),
         ]
+        compare(weights, ref_w, what=f"{call} 的 weights", variants=w_variants)
+        compare(out, ref_out, what=f"{call} 的 output",
+                default_hint="weights 对了，output 不对：output 应是 weights @ v")
 
-    def output_variants(x: torch.Tensor) -> list[Variant]:
-        w = _gram(x).softmax(dim=-1)
-        return [
-            Variant("no_weighted_sum", "output 等于输入 X：忘了按权重加权求和（output = weights @ X）", x),
-            Variant("transposed_weights", "output 用了权重的转置：第 i 行输出应是 Σ_j w[i, j] · x_j，即 weights @ X",
-                    w.transpose(-2, -1) @ x),
-            Variant("wrong_axis", "softmax 的方向不对：应沿最后一维（dim=-1）归一化，让每一行和为 1",
-                    _gram(x).softmax(dim=-2) @ x),
-        ]
-
-    def one_case(f, x: torch.Tensor) -> None:
-        x = x.double()
-        out, weights = _pair(f(x.clone()))
-        t, d = x.shape[-2], x.shape[-1]
-        w = as_tensor(weights, "weights")
-        if w.shape[-2:] == (d, d) and (d, d) != (t, t):
-            raise Mistake(f"weights 的最后两维是 (d, d) = {(d, d)}：你算的是 Xᵀ X；打分表应是词元两两之间的点积 "
-                          "X Xᵀ，形状 (T, T)", key="gram_transposed")
-        w_ref = _gram(x).softmax(dim=-1)
-        compare(w, w_ref, what="weights", variants=weight_variants(x))
-        compare(out, w_ref @ x, what="output", variants=output_variants(x))
-
-    def single(f):
-        one_case(f, randn(4, 3, seed=31))
+    def square(f):  # 和“人工智能”一样 T = d_k：原来的错在这里看不出来
+        one(f, (1, 4, 4), 4, 4, seed=60)
 
     def rectangular(f):
-        one_case(f, randn(5, 2, seed=32))  # T ≠ d：能区分 X Xᵀ 与 Xᵀ X
+        for i, (shape_q, T_k, d_v) in enumerate((((5, 16), 7, 3), ((2, 3, 6, 8), 9, 5), ((2, 9, 4), 2, 6))):
+            one(f, shape_q, T_k, d_v, seed=61 + i)
+
+    return run_checks("找错：缩放点积注意力", fn, [
+        ("T = d_k 的方阵输入", square),
+        ("T ≠ d_k、带批量维与头维的随机输入", rectangular),
+    ], verbose=verbose)
+
+
+# ---- 练习：不构造雅可比矩阵的 softmax 反向传播 ---------------------------------------------------------
+
+
+def check_softmax_backward(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(s, g) -> ∂L/∂s``：``a = softmax(s)`` 沿最后一维，``g = ∂L/∂a`` 与 ``s`` 同形状。
+
+    正确答案是 ``a ⊙ (g − Σ_j a_j g_j)``（每行的和沿最后一维），检查器用自动求导（autograd）对答案。
+    """
+
+    def one(f, s: torch.Tensor, g: torch.Tensor) -> None:
+        s, g = s.double(), g.double()
+        x = s.clone().requires_grad_(True)
+        (x.softmax(dim=-1) * g).sum().backward()
+        ref = x.grad
+        a = s.softmax(dim=-1)
+        dot = (a * g).sum(dim=-1, keepdim=True)
+        call = f"softmax_backward(s {tuple(s.shape)}, g)"
+        compare(f(s.clone(), g.clone()), ref, what=f"{call} 的结果", atol=1e-8, rtol=1e-6, variants=[
+            Variant("no_subtract", "少了减去 Σ_j a_j g_j 这一项：J = diag(a) − a aᵀ 里 −a aᵀ 那一半贡献的是 "
+                    "−a (aᵀ g)", a * g),
+            Variant("no_outer_a", "减去的那一项前面也要乘 a：Jᵀg = a ⊙ g − a (aᵀg) = a ⊙ (g − aᵀg)", a * g - dot),
+            Variant("forgot_a", "整体少乘了 a：∂a_i/∂s_j = a_i(δ_ij − a_j)，每一项都带着 a_i", g - dot),
+            Variant("scores", "公式里的 a 应是 softmax(s)，不是原始分数 s",
+                    s * (g - (s * g).sum(dim=-1, keepdim=True))),
+            Variant("sign", "符号反了", -ref),
+            Variant("mean", "Σ_j a_j g_j 是加权和（权重 a），不是 g 的平均值", a * (g - g.mean(dim=-1, keepdim=True))),
+            Variant("wrong_axis", "求和的方向不对：softmax 沿最后一维，Σ_j a_j g_j 也要沿最后一维（dim=-1）",
+                    a * (g - (a * g).sum(dim=0, keepdim=True))),
+        ], default_hint="与自动求导的结果不一致。提示：∂L/∂s_j = Σ_i g_i ∂a_i/∂s_j，再把 ∂a_i/∂s_j = a_i(δ_ij − a_j) 代进去")
+
+    def vector(f):
+        g = generator(70)
+        one(f, torch.randn(6, generator=g), torch.randn(6, generator=g))
 
     def batched(f):
-        one_case(f, randn(2, 3, 4, seed=33))  # (B, T, d)：要用 transpose(-2, -1) 而不是 .T
+        g = generator(71)
+        one(f, 3 * torch.randn(5, 7, generator=g), torch.randn(5, 7, generator=g))
+        one(f, torch.randn(2, 3, 4, 9, generator=g), torch.randn(2, 3, 4, 9, generator=g))
 
-    return run_checks("朴素自注意力", fn, [
-        ("单句 (T, d)", single),
-        ("T ≠ d 的输入", rectangular),
-        ("带批量维 (B, T, d)", batched),
-    ], verbose=verbose)
+    def saturated(f):  # 分数很大时梯度几乎为 0：这里也不能出 NaN
+        g = generator(72)
+        one(f, 40 * torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g))
 
-
-# ---- 练习：注意力的熵 ------------------------------------------------------------------------------
-
-
-def _entropy(w: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    return -torch.special.xlogy(w, w).sum(dim=dim)  # xlogy(0, 0) = 0
-
-
-def check_attention_entropy(fn: Callable[[torch.Tensor], Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(weights) -> entropy``：每个查询那一行权重的熵 ``-Σ_j a_ij ln a_ij``。
-
-    ``weights`` 形状 ``(..., T_q, T_k)``，每行和为 1，可能含有恰好为 0 的权重（被屏蔽、或 softmax 饱和）；
-    应返回 ``(..., T_q)``，用自然对数，并约定 ``0 · ln 0 = 0``（结果里不能有 NaN）。
-    """
-
-    def variants(w: torch.Tensor) -> list[Variant]:
-        ref = _entropy(w)
-        return [
-            Variant("sign", "符号反了：熵是 −Σ a ln a，应当 ≥ 0", -ref),
-            Variant("log2", "你用的是以 2 为底的对数（单位是比特）；本章约定用自然对数 ln（torch.log）", ref / math.log(2)),
-            Variant("mean", "用了 mean 而不是 sum：熵是对一行所有项求和", ref / w.shape[-1]),
-        ]
-
-    def one_case(f, w: torch.Tensor, what: str) -> None:
-        w = w.double()
-        got = as_tensor(f(w.clone()), what)
-        t_q, t_k = w.shape[-2], w.shape[-1]
-        if tuple(got.shape) == tuple(w.shape[:-2]) + (t_k,) and t_q != t_k:
-            raise Mistake("结果的形状像是沿查询方向（dim=-2）求和；熵是对每一行、沿键的方向（dim=-1）求和的",
-                          key="wrong_axis")
-        if got.shape == w.shape[:-1] and not bool(torch.isfinite(got).all()):
-            raise Mistake("结果里有 NaN：权重为 0 时 0 · ln 0 会算成 0 · (−∞) = NaN；可以用 torch.special.xlogy(p, p)，"
-                          "或先把 p 夹到一个极小正数（clamp_min）再取对数", key="nan")
-        compare(got, _entropy(w), what=what, variants=variants(w))
-
-    def softmax_rows(f):
-        one_case(f, randn(2, 3, 4, 6, seed=41).softmax(dim=-1), "(B, h, T_q, T_k) 权重的熵")
-
-    def uniform(f):
-        one_case(f, torch.full((3, 5), 0.2), "均匀权重的熵（应为 ln 5）")
-
-    def with_zeros(f):
-        one_case(f, torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.2, 0.3, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]),
-                 "含 0 权重的熵")
-
-    return run_checks("注意力的熵", fn, [
-        ("多头四维权重", softmax_rows),
-        ("均匀分配 = ln T_k", uniform),
-        ("权重为 0 时 0·ln0 = 0", with_zeros),
-    ], verbose=verbose)
-
-
-# ---- 练习：softmax 的雅可比矩阵 -------------------------------------------------------------------
-
-
-def check_softmax_jacobian(fn: Callable[[torch.Tensor], Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(s) -> J``：一维分数 ``s`` 形状 ``(n,)``，返回 softmax 的雅可比 ``J[i, j] = ∂a_i/∂s_j``（``(n, n)``）。
-
-    正确答案是 ``J = diag(a) − a aᵀ``，其中 ``a = softmax(s)``；检查器用自动求导（autograd）的结果对比。
-    """
-
-    def one_case(f, s: torch.Tensor) -> None:
-        s = s.double()
-        ref = torch.autograd.functional.jacobian(lambda x: x.softmax(dim=-1), s)
-        a = s.softmax(dim=-1)
-        compare(f(s.clone()), ref, what="雅可比 J", atol=1e-6, variants=[
-            Variant("no_diag", "少了对角项：∂a_i/∂s_i = a_i(1 − a_i)，所以 J = diag(a) − a aᵀ，而不只是 −a aᵀ",
-                    -torch.outer(a, a)),
-            Variant("scores", "公式里的 a 应是 softmax(s) 之后的权重，而不是原始分数 s",
-                    torch.diag(s) - torch.outer(s, s)),
-            Variant("sign", "符号反了：对角线上的 a_i(1 − a_i) 应当 ≥ 0", -ref),
-            Variant("diag_only", "只写了 diag(a)：还要减去 a aᵀ（改变 s_j 也会通过分母影响其他的 a_i）", torch.diag(a)),
-        ], default_hint="与自动求导得到的雅可比不一致；提示：J = diag(a) − a aᵀ，a = softmax(s)")
-
-    def small(f):
-        one_case(f, torch.tensor([1.0, 0.5, -0.3, 2.0]))
-
-    def random(f):
-        one_case(f, 3.0 * randn(6, seed=51))
-
-    def uniform(f):
-        one_case(f, torch.zeros(3))
-
-    return run_checks("softmax 的雅可比矩阵", fn, [
-        ("4 个分数", small),
-        ("较大的随机分数", random),
-        ("全相等的分数", uniform),
+    return run_checks("softmax 的反向传播", fn, [
+        ("一维分数", vector),
+        ("批量、多头的四维分数", batched),
+        ("饱和的大分数", saturated),
     ], verbose=verbose)
