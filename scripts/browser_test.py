@@ -13,12 +13,18 @@
 它在本机起一个只服务 ``_build/html`` 的 HTTP 服务器，**拦截一切发往别处的请求**（书必须离线可读），
 然后对 ``_toc.yml`` 里的每一页检查：
 
-* 页面加载，控制台没有错误、没有未捕获的异常、没有失败或 4xx/5xx 的请求，也没有请求外部网址；
+* 页面加载，控制台没有错误、没有未捕获的异常、没有失败或 4xx/5xx 的请求（任何一个 404 都算失败），
+  也没有请求外部网址；页面上所有样式表（包括小部件脚本注入的）里 ``@font-face`` 的每个字体地址都取得到
+  （每条规则的第一个地址，即浏览器会取的那个；不论这次是否真的用到那个字体——图标字体只在某些小部件
+  出现时才下载，404 因此时有时无）；
 * 公式已由 MathJax 排版：有 ``mjx-container``，且正文（不含代码块）里不再残留 ``$$``、``\\(``、``\\[``；
 * 每个 ``<img>``（包括小部件里的图）都加载成功（``naturalWidth > 0``）；
 * 章节页有 Colab、Binder 启动按钮，且“下载 .ipynb”链接确实能取到笔记本；
-* 章节页（笔记本）至少有一个折叠的参考答案（``hide-cell``），点击后确实展开且内容可见；
+* 章节页的每道练习（``### 练习 N …`` 一节）都链到 ``notebooks/solutions/`` 里的参考答案页，链接的页面存在、
+  锚点（``#…``）在那一页上确有其元素；参考答案页本身也在目录里，和其他页面一样逐项检查；
 * 带小部件状态的页面确实渲染出了小部件；
+* 有静态探索器的章节页（表 :data:`STATIC_EXPLORERS`）：在浏览器里把那个控件挪一档，显示的图确实换了
+  （比较前后图像像素的 SHA-256）——这只靠 jslink 与预先画好的帧，没有内核；
 
 最后在搜索页查询“注意力”和“位置编码”，要求都有结果。任何一项失败都会列出原因并以非零状态退出。
 """
@@ -72,6 +78,80 @@ MATH_STATE_JS = r"""
 })
 """
 
+#: 每个有静态探索器的章节页 → 网页上可拖动的那个控件的说明文字（``description``）。
+#: 笔记本还没按新的探索器重新执行时，这一页会明确地失败（“没有找到……”），重新执行即可。
+STATIC_EXPLORERS = {
+    "notebooks/01_tokens_embeddings": "句子",
+    "notebooks/02_positional_encoding": "位置 pos",
+    "notebooks/03_attention": "d_k",
+    "notebooks/04_multihead_masks_ffn": "序列 1 长度",
+    "notebooks/05_encoder_decoder": "头",
+    "notebooks/06_output_softmax": "温度 T",
+    "notebooks/07_training": "预热步数 warmup",
+    "notebooks/08_inference_efficiency": "d_model",
+}
+
+# 所有样式表里 @font-face 的字体地址，逐个取一次
+FONT_FACES_JS = r"""
+async () => {
+  const urls = new Set();
+  const walk = (rules, base) => {
+    for (const r of rules) {
+      if (r.type === CSSRule.FONT_FACE_RULE) {
+        // 浏览器按顺序取第一个它支持的格式：Chromium 取的就是第一个 url(...)（woff2）
+        const src = r.style.getPropertyValue('src') || '';
+        const m = src.match(/url\(\s*["']?([^"')]+)["']?\s*\)/);
+        if (m && !m[1].startsWith('data:')) urls.add(new URL(m[1], base).href);
+      } else if (r.cssRules) {
+        walk(r.cssRules, base);
+      }
+    }
+  };
+  for (const sheet of document.styleSheets) {
+    let rules;
+    try { rules = sheet.cssRules; } catch (e) { continue; }
+    walk(rules, sheet.href || document.baseURI);
+  }
+  const bad = [];
+  for (const u of urls) {
+    try {
+      const r = await fetch(u);
+      if (!r.ok) bad.push(`${u} → HTTP ${r.status}`);
+    } catch (e) {
+      bad.push(`${u} → ${e}`);
+    }
+  }
+  return {n: urls.size, bad};
+}
+"""
+
+# 一个探索器盒子里当前看得见的那张图的像素指纹（SHA-256）；没有可见的图时返回 null
+SHOWN_IMAGE_JS = r"""
+async (box) => {
+  const img = Array.from(box.querySelectorAll('img'))
+    .find(i => i.complete && i.naturalWidth > 0 && i.getBoundingClientRect().height > 0);
+  if (!img) return null;
+  const c = document.createElement('canvas');
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  c.getContext('2d').drawImage(img, 0, 0);
+  const bytes = new TextEncoder().encode(c.toDataURL('image/png'));
+  const digest = await crypto.subtle.digest('SHA-256', bytes);
+  return Array.from(new Uint8Array(digest)).map(b => b.toString(16).padStart(2, '0')).join('');
+}
+"""
+
+# 页面上的练习标题（去掉章节编号与 ¶），以及各自那一节里指向参考答案页的链接
+EXERCISES_JS = r"""
+() => Array.from(document.querySelectorAll('main section > h2, main section > h3, main section > h4'))
+  .map(h => ({h, text: h.textContent.replace(/[#¶]/g, '').replace(/^[\d.\s]+/, '').trim()}))
+  .filter(e => /^练习\s*\d+/.test(e.text))
+  .map(e => ({
+    title: e.text.slice(0, 60),
+    links: Array.from(e.h.parentElement.querySelectorAll('a[href]'))
+      .map(a => a.href).filter(u => u.includes('/notebooks/solutions/')),
+  }))
+"""
+
 IMAGES_JS = r"""
 () => Array.from(document.querySelectorAll('main img')).map(img => ({
   src: img.getAttribute('src') || '(no src)',
@@ -99,12 +179,17 @@ def pages_from_toc(toc_path: Path) -> tuple[list[str], set[str]]:
     import yaml
 
     toc = yaml.safe_load(toc_path.read_text(encoding="utf-8"))
+    book = toc_path.resolve().parent
     docs: list[str] = [toc["root"]]
 
     def walk(entries):
         for entry in entries or []:
             if "file" in entry:
                 docs.append(entry["file"])
+            if "glob" in entry:  # 如 notebooks/solutions/*：按文件名排序展开，和 jupyter-book 一样
+                found = sorted({str(p.relative_to(book).with_suffix("")) for p in book.glob(entry["glob"])
+                                if p.suffix in (".md", ".ipynb")})
+                docs.extend(found)
             walk(entry.get("sections"))
             walk(entry.get("chapters"))
 
@@ -112,13 +197,16 @@ def pages_from_toc(toc_path: Path) -> tuple[list[str], set[str]]:
     walk(toc.get("chapters"))
     walk(toc.get("sections"))
     docs = [str(Path(d).with_suffix("")) if Path(d).suffix in (".md", ".ipynb") else d for d in docs]
-    notebooks = {d for d in docs if (ROOT / (d + ".ipynb")).exists() or d.startswith("notebooks/")}
+    notebooks = {d for d in docs if (book / (d + ".ipynb")).exists() or d.startswith("notebooks/")}
     return docs, notebooks
 
 
 class Checker:
-    def __init__(self, base: str, timeout_ms: int, screenshot_dir: Path | None):
+    def __init__(self, base: str, timeout_ms: int, screenshot_dir: Path | None,
+                 explorers: dict[str, str] | None = None, docs: list[str] | None = None):
         self.base = base
+        self.explorers = STATIC_EXPLORERS if explorers is None else explorers
+        self.docs = set(docs or [])
         self.timeout_ms = timeout_ms
         self.screenshot_dir = screenshot_dir
         self.failures: list[str] = []
@@ -179,10 +267,13 @@ class Checker:
             self._check_math(page, doc)
             self._check_widgets(page, doc)  # 先等小部件渲染完，它们里面的图也要参加下面的检查
             self._check_images(page, doc)
+            self._check_font_faces(page, doc)
             if is_chapter:
                 self._check_launch_and_download(page, doc)
-            if is_chapter:
-                self._check_hidden_solution(page, doc)
+            if is_chapter and not doc.startswith("notebooks/solutions/"):
+                self._check_solution_links(page, doc)
+            if doc in self.explorers:
+                self._check_static_explorer(page, doc, self.explorers[doc])
             page.wait_for_timeout(300)  # 让迟到的控制台消息也被收集
             if self.screenshot_dir is not None:
                 out = self.screenshot_dir / (doc.replace("/", "__") + ".png")
@@ -259,26 +350,80 @@ class Checker:
         if resp.status != 200 or b'"cells"' not in resp.body():
             self.fail(doc, f"下载的笔记本打不开（HTTP {resp.status}）：{downloads[0]}")
 
-    def _check_hidden_solution(self, page, doc: str) -> None:
-        toggles = page.locator("div.tag_hide-cell details.hide")
-        count = toggles.count()
-        if count == 0:
-            self.fail(doc, "章节页没有折叠的参考答案（带 hide-cell 标签的单元）")
+    def _check_font_faces(self, page, doc: str) -> None:
+        result = page.evaluate(FONT_FACES_JS)
+        for bad in result["bad"]:
+            self.fail(doc, f"@font-face 的字体取不到：{bad}")
+        if result["n"]:
+            self.notes.append(f"{doc}: {result['n']} 个 @font-face 字体地址都取得到")
+
+    def _check_solution_links(self, page, doc: str) -> None:
+        exercises = page.evaluate(EXERCISES_JS)
+        if not exercises:
+            self.fail(doc, "章节页没有找到练习（“### 练习 N …”标题）")
             return
-        first = toggles.first
-        body = first.locator(".cell_input, .cell_output").first
-        if first.evaluate("d => d.open"):
-            self.fail(doc, "hide-cell 单元默认就是展开的")
+        targets: set[str] = set()
+        for ex in exercises:
+            if not ex["links"]:
+                self.fail(doc, f"练习“{ex['title']}”没有指向参考答案页（notebooks/solutions/…）的链接")
+            targets.update(ex["links"])
+        pages: dict[str, str] = {}
+        for url in sorted(targets):
+            parts = urllib.parse.urlsplit(url)
+            page_url = urllib.parse.urlunsplit(parts._replace(fragment=""))
+            if page_url not in pages:
+                resp = page.request.get(page_url)
+                pages[page_url] = resp.text() if resp.status == 200 else ""
+                if resp.status != 200:
+                    self.fail(doc, f"参考答案页打不开（HTTP {resp.status}）：{page_url}")
+                    continue
+                target_doc = urllib.parse.unquote(parts.path).lstrip("/").removesuffix(".html")
+                if self.docs and target_doc not in self.docs:
+                    self.fail(doc, f"参考答案页 {target_doc} 不在 _toc.yml 里（浏览器测试没有检查它的渲染）")
+            frag = urllib.parse.unquote(parts.fragment)
+            text = pages[page_url]
+            if text and frag and f'id="{frag}"' not in text:
+                self.fail(doc, f"参考答案链接的锚点 #{frag} 在 {page_url} 上不存在")
+        self.notes.append(f"{doc}: {len(exercises)} 道练习都链到参考答案（{len(pages)} 页）")
+
+    def _check_static_explorer(self, page, doc: str, label: str) -> None:
+        """把说明文字为 label 的控件挪一档，要求探索器里显示的图换掉（没有内核，只靠 jslink）。"""
+        import re
+
+        name = re.compile(rf"^\s*{re.escape(label)}\s*$")
+        control = page.locator(".widget-slider, .widget-dropdown").filter(
+            has=page.locator(".widget-label", has_text=name)).first
+        if control.count() == 0:
+            self.fail(doc, f"没有找到静态探索器的控件“{label}”（笔记本需要按新的探索器重新执行："
+                           "python scripts/execute_notebooks.py）")
             return
-        if body.count() and body.is_visible():
-            self.fail(doc, "hide-cell 单元未点击时内容已可见")
-        first.locator("summary").first.scroll_into_view_if_needed()
-        first.locator("summary").first.click()
-        page.wait_for_function("d => d.open", arg=first.element_handle(), timeout=self.timeout_ms)
-        if body.count() == 0 or not body.is_visible():
-            self.fail(doc, "点击后 hide-cell 单元的内容仍不可见")
+        box = control.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][.//img][1]")
+        if box.count() == 0 or not box.locator(".widget-stack, .jupyter-widget-stack, img").count():
+            self.fail(doc, f"控件“{label}”不在一个带图的探索器里")
             return
-        self.notes.append(f"{doc}: {count} 个折叠答案，第一个点击后展开")
+        control.scroll_into_view_if_needed()
+        before = box.evaluate(SHOWN_IMAGE_JS)
+        if before is None:
+            self.fail(doc, f"控件“{label}”的探索器里没有显示任何图")
+            return
+        select = control.locator("select")
+        if select.count():
+            n = select.evaluate("s => s.options.length")
+            i = select.evaluate("s => s.selectedIndex")
+            select.select_option(index=(i + 1) % n)
+        else:
+            handle = control.locator(".noUi-handle").first
+            at_max = handle.evaluate("h => h.getAttribute('aria-valuenow') === h.getAttribute('aria-valuemax')")
+            handle.focus()
+            page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")
+        try:
+            page.wait_for_function(
+                "([box, js, before]) => (eval(js))(box).then(h => h !== null && h !== before)",
+                arg=[box.element_handle(), SHOWN_IMAGE_JS, before], timeout=self.timeout_ms, polling=200)
+        except Exception:
+            self.fail(doc, f"挪动“{label}”之后，探索器显示的图没有变（jslink 或预先画好的帧缺失？）")
+            return
+        self.notes.append(f"{doc}: 挪动“{label}”后图换了（没有内核）")
 
     # ---- 搜索 -------------------------------------------------------------
     def check_search(self, context, queries) -> None:
@@ -326,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--screenshots", type=Path, default=None, help="把每页整页截图存到此目录")
     parser.add_argument("--query", action="append", default=None,
                         help="搜索页要能找到的词（可重复；默认：注意力、位置编码）")
+    parser.add_argument("--explorer", action="append", default=None, metavar="页面=控件说明",
+                        help="替换静态探索器表（可重复，如 notebooks/03_attention=d_k）；默认用脚本里的表")
     parser.add_argument("-v", "--verbose", action="store_true", help="列出每页的检查摘要")
     args = parser.parse_args(argv)
 
@@ -345,7 +492,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.screenshots is not None:
         args.screenshots.mkdir(parents=True, exist_ok=True)
     server, base = start_server(args.html.resolve())
-    checker = Checker(base, int(args.timeout * 1000), args.screenshots)
+    explorers = None
+    if args.explorer:
+        explorers = dict(item.split("=", 1) for item in args.explorer)
+    checker = Checker(base, int(args.timeout * 1000), args.screenshots, explorers, docs)
     external: list[str] = []
     try:
         with sync_playwright() as pw:
@@ -373,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
         for f in checker.failures:
             print("  ✗ " + f, file=sys.stderr)
         return 1
-    print("浏览器测试通过：无控制台错误，公式已排版，图片完整，折叠答案可展开，搜索可用。")
+    print("浏览器测试通过：无控制台错误、无 404，公式已排版，图片完整，练习都链到参考答案，"
+          "静态探索器能拖动，搜索可用。")
     return 0
 
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""作者用：就地重新执行 ``notebooks/`` 里的每个章节笔记本，保存输出与小部件状态。
+"""作者用：就地重新执行 ``notebooks/`` 里的每个章节笔记本（及 ``notebooks/solutions/`` 里的参考答案），保存输出与小部件状态。
 
 书是从笔记本里存好的输出构建的（``_config.yml`` 里 ``execute_notebooks: "off"``），
 nbval 在测试里检查这些输出仍然与代码一致。改了库或笔记本之后，运行::
 
-    .venv/bin/python scripts/execute_notebooks.py              # 全部笔记本
+    .venv/bin/python scripts/execute_notebooks.py              # 全部笔记本（章节 + 参考答案）
     .venv/bin/python scripts/execute_notebooks.py notebooks/03_attention.ipynb   # 指定的笔记本
 
 它对每个笔记本：
@@ -114,10 +114,24 @@ def execute_one(path: Path, timeout: int, kernel_name: str) -> float:
     return elapsed
 
 
+def default_notebooks() -> list[Path]:
+    """章节笔记本，然后是参考答案笔记本（各自按文件名排序），以下划线开头的草稿除外。"""
+    return [p for pattern in ("notebooks/*.ipynb", "notebooks/solutions/*.ipynb")
+            for p in sorted(ROOT.glob(pattern)) if not p.name.startswith("_")]
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:  # 仓库之外的笔记本（例如测试用的临时副本）
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="要执行的笔记本（默认：notebooks/*.ipynb 全部，_ 开头的草稿除外）")
+                        help="要执行的笔记本（默认：notebooks/*.ipynb 与 notebooks/solutions/*.ipynb 全部，"
+                             "_ 开头的草稿除外）")
     parser.add_argument("--timeout", type=int, default=300, help="每个单元的超时秒数（默认 300）")
     parser.add_argument("--kernel", default="python3", help="内核名（默认 python3）")
     args = parser.parse_args(argv)
@@ -128,16 +142,15 @@ def main(argv: list[str] | None = None) -> int:
 
     patch_zmq_polling()
 
-    # 默认：notebooks/ 下全部笔记本，以下划线开头的草稿除外
-    paths = args.notebooks or sorted(p for p in (ROOT / "notebooks").glob("*.ipynb")
-                                     if not p.name.startswith("_"))
+    # 默认：notebooks/ 与 notebooks/solutions/ 下全部笔记本，以下划线开头的草稿除外
+    paths = args.notebooks or default_notebooks()
     if not paths:
         print("notebooks/ 里没有笔记本。", file=sys.stderr)
         return 1
     failed = []
     for path in paths:
         path = path.resolve()
-        print(f"执行 {path.relative_to(ROOT)} …", flush=True)
+        print(f"执行 {_shown(path)} …", flush=True)
         try:
             elapsed = execute_one(path, args.timeout, args.kernel)
         except Exception as exc:  # nbclient 的 CellExecutionError / CellTimeoutError 等
@@ -146,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"  完成，用时 {elapsed:.1f} 秒", flush=True)
     if failed:
-        print("以下笔记本执行失败（未写回）：" + ", ".join(str(p.relative_to(ROOT)) for p in failed),
+        print("以下笔记本执行失败（未写回）：" + ", ".join(_shown(p) for p in failed),
               file=sys.stderr)
         return 1
     return 0
