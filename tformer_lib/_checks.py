@@ -1,5 +1,7 @@
 """输入检查：坏输入给出清楚的错误——点名参数、收到了什么、期望什么。"""
 
+import math
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -73,5 +75,93 @@ def attention_inputs(q, k, v) -> None:
         raise ValueError(f"q 与 k 的最后一维 d_k 应相同，收到 q {tuple(q.shape)} 与 k {tuple(k.shape)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k 与 v 的长度 T_k 应相同，收到 k {tuple(k.shape)} 与 v {tuple(v.shape)}")
+    if k.shape[:-2] != v.shape[:-2]:
+        raise ValueError(f"k 与 v 的批维度（T 之前的各维）应相同，收到 k {tuple(k.shape)} 与 v {tuple(v.shape)}")
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"q 与 k 的批维度（T 之前的各维）无法对齐，收到 q {tuple(q.shape)} 与 k {tuple(k.shape)}"
+        ) from None
+    if not autocast_enabled(q):
+        same_dtype(("q", q), ("k", k), ("v", v))
     non_empty_sequence("q", q)
     non_empty_sequence("k", k)
+
+
+def autocast_enabled(x: torch.Tensor) -> bool:
+    """``x`` 所在设备上是否开着自动混合精度（autocast）：那时 dtype 不同是正常的，由 autocast 负责转换。"""
+    try:
+        return torch.is_autocast_enabled(x.device.type)
+    except TypeError:  # 较早的 torch 只有无参数版本（指 CUDA）
+        return torch.is_autocast_enabled()
+
+
+def flag(name: str, value) -> bool:
+    """要求 ``value`` 是 ``True`` 或 ``False``：字符串 ``'no'`` 之类的“真值”不算（否则会被当成 True）。"""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} 应是 True 或 False，收到 {type(value).__name__} {value!r}")
+    return value
+
+
+def dropout_rate(name: str, value) -> float:
+    """要求 ``value`` 是 [0, 1) 内的数：p = 1 会把所有激活清零，训练不动。"""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        raise ValueError(f"{name} 应是 [0, 1) 内的数，收到 {value!r}")
+    return float(value)
+
+
+def one_of(name: str, value, choices: Sequence) -> None:
+    """要求 ``value`` 是 ``choices`` 之一。"""
+    if value not in tuple(choices):
+        shown = "、".join(repr(c) for c in choices)
+        raise ValueError(f"{name} 应是 {shown} 之一，收到 {value!r}")
+
+
+def same_batch(*named: tuple[str, torch.Tensor]) -> None:
+    """要求几个张量的批大小（第 0 维）相同，例如 ``same_batch(("src", src), ("tgt_in", tgt_in))``。"""
+    (first, x), *rest = named
+    for name, y in rest:
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f"{first} 的批大小是 {x.shape[0]}，{name} 的批大小是 {y.shape[0]}：两者必须相同")
+
+
+def same_dtype(*named: tuple[str, torch.Tensor]) -> None:
+    """要求几个浮点张量的 dtype 相同（如注意力的 q、k、v）。"""
+    (first, x), *rest = named
+    for name, y in rest:
+        if y.dtype != x.dtype:
+            raise TypeError(
+                f"{first} 的 dtype 是 {x.dtype}，{name} 的 dtype 是 {y.dtype}：两者必须相同"
+                f"（可用 {name}.to({x.dtype}) 转换）"
+            )
+
+
+def module_dtype(name: str, x: torch.Tensor, module: torch.nn.Module) -> None:
+    """要求输入 ``x`` 的 dtype 与模块参数的 dtype 相同（float64 的输入进 float32 的模块会在深处报错）。
+
+    开着 autocast 时不检查：混合精度下输入与参数的 dtype 本来就可以不同。
+    """
+    param = next(module.parameters(), None)
+    if param is None or autocast_enabled(x):
+        return
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{name} 应是浮点张量（与模块参数同为 {param.dtype}），收到 dtype {x.dtype}")
+    if x.dtype != param.dtype:
+        raise TypeError(
+            f"{name} 的 dtype 是 {x.dtype}，而 {type(module).__name__} 的参数是 {param.dtype}："
+            f"请把输入转成 {name}.to({param.dtype})，或把模块转成 module.to({x.dtype})"
+        )
+
+
+def last_dim(name: str, x: torch.Tensor, expected: int, owner: str) -> None:
+    """要求 ``x`` 的最后一维等于 ``expected``（``owner`` 说明是谁的期望，如 ``"这个位置编码模块的 d_model"``）。"""
+    if x.shape[-1] != expected:
+        raise ValueError(f"{name} 的最后一维是 {x.shape[-1]}，但{owner}={expected}（{name} 的形状 {tuple(x.shape)}）")
+
+
+def finite_positive(name: str, value) -> float:
+    """要求 ``value`` 是有限的正数（排除 0、负数、inf、NaN 与布尔值）。"""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} 应是有限的正数，收到 {value!r}")
+    return float(value)

@@ -11,7 +11,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import attention_inputs, bool_mask, non_empty_sequence, positive_int, tensor_with_dim
+from ._checks import (
+    attention_inputs,
+    autocast_enabled,
+    bool_mask,
+    dropout_rate,
+    flag,
+    module_dtype,
+    non_empty_sequence,
+    positive_int,
+    same_batch,
+    same_dtype,
+    tensor_with_dim,
+)
 from .kv_cache import AttentionCache
 from .positional import apply_rope
 
@@ -101,6 +113,8 @@ class MultiHeadAttention(nn.Module):
         positive_int("n_heads", n_heads)
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} 不能被 n_heads={n_heads} 整除")
+        dropout_rate("dropout", dropout)
+        flag("fast", fast)
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         n_kv_heads = n_heads if n_kv_heads is None else positive_int("n_kv_heads", n_kv_heads)
         if n_heads % n_kv_heads != 0:
@@ -146,7 +160,7 @@ class MultiHeadAttention(nn.Module):
         batch, _, length, _ = x.shape
         return x.transpose(1, 2).reshape(batch, length, self.d_model)  # (B, T, h·d_k)
 
-    def _check_inputs(self, query, key, value) -> None:
+    def _check_inputs(self, query, key, value, cache: AttentionCache | None = None) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             tensor_with_dim(name, x, 3, "(B, T, d_model)")
             non_empty_sequence(name, x)
@@ -159,6 +173,13 @@ class MultiHeadAttention(nn.Module):
             )
         if key.shape[:2] != value.shape[:2]:
             raise ValueError(f"key 与 value 的 (B, T_k) 应相同，收到 {tuple(key.shape)} 与 {tuple(value.shape)}")
+        if cache is not None and cache.static and cache.k is not None:
+            same_batch(("query", query), ("cache.k", cache.k))  # 交叉注意力的 K/V 已在缓存里，key 不再使用
+        else:
+            same_batch(("query", query), ("key", key))
+        module_dtype("query", query, self)
+        if not autocast_enabled(query):  # 混合精度下 dtype 不同是正常的
+            same_dtype(("query", query), ("key", key), ("value", value))
 
     def forward(
         self,
@@ -175,7 +196,7 @@ class MultiHeadAttention(nn.Module):
         ``cache``：增量解码用的 K/V 缓存（见 :mod:`tformer_lib.kv_cache`）；GQA 时只缓存 ``n_kv_heads`` 个头。
         ``positions``：只在 ``rope=True`` 时使用，新位置的位置编号 ``(T_q,)`` 或 ``(B, T_q)``。
         """
-        self._check_inputs(query, key, value)
+        self._check_inputs(query, key, value, cache)
         # 1) 线性投影 Q = X W^Q 等，并拆成多个头（K、V 只有 n_kv_heads 个头）
         q = self.split_heads(self.w_q(query))  # (B, h, T_q, d_k)
         if cache is not None and cache.static and cache.k is not None:

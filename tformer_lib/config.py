@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass
 
-from ._checks import positive_int
+from ._checks import dropout_rate, flag, one_of, positive_int
 from .specials import PAD
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "none")
@@ -36,12 +36,13 @@ class TransformerConfig:
             positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model={self.d_model} 不能被 n_heads={self.n_heads} 整除")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout 应是 [0, 1) 内的数，收到 {self.dropout!r}")
-        if self.positional not in POSITIONAL_KINDS:
-            raise ValueError(f"positional 应是 {POSITIONAL_KINDS} 之一，收到 {self.positional!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation 应是 {ACTIVATIONS} 之一，收到 {self.activation!r}")
+        dropout_rate("dropout", self.dropout)
+        one_of("positional", self.positional, POSITIONAL_KINDS)
+        one_of("activation", self.activation, ACTIVATIONS)
+        for name in ("norm_first", "tie_embeddings", "share_embeddings", "fast_attention"):
+            flag(name, getattr(self, name))  # 字符串 'no' 是“真值”，不检查就会悄悄打开这个开关
+        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int):
+            raise TypeError(f"pad_id 应是整数，收到 {type(self.pad_id).__name__} {self.pad_id!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings=True 要求 src_vocab_size == tgt_vocab_size，"

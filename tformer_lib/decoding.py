@@ -30,6 +30,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from ._checks import positive_int
 from .masks import padding_mask
 from .specials import BOS, EOS, PAD
 
@@ -61,6 +62,8 @@ def _check_src(src: torch.Tensor) -> None:
         raise TypeError(f"src 应是 (B, S) 的 LongTensor，收到 {type(src).__name__}")
     if src.dim() != 2 or src.shape[1] == 0:
         raise ValueError(f"src 应是形状 (B, S) 且 S ≥ 1 的张量，收到形状 {tuple(src.shape)}")
+    if src.shape[0] == 0:
+        raise ValueError(f"src 是空批次（形状 {tuple(src.shape)}）：至少要有一句（B ≥ 1）")
 
 
 def _model_max_len(model: nn.Module) -> int | None:
@@ -355,8 +358,14 @@ def translate(
     """
     if method not in ("greedy", "beam", "sample"):
         raise ValueError(f"method 应为 'greedy'、'beam' 或 'sample'，收到 {method!r}")
+    positive_int("batch_size", batch_size)
     single = isinstance(sentences, str)
+    if not single and not isinstance(sentences, Sequence):
+        raise TypeError(f"sentences 应是一个字符串或字符串列表，收到 {type(sentences).__name__}")
     items = [sentences] if single else list(sentences)
+    for i, s in enumerate(items):
+        if not isinstance(s, str):
+            raise TypeError(f"sentences[{i}] 应是字符串，收到 {type(s).__name__} {s!r}")
     if tokenize is None:
         from .data.toy_zh_en import tokenize_zh as tokenize
     encoded = []

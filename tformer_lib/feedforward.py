@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from ._checks import positive_int
+from ._checks import dropout_rate, module_dtype, positive_int
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swiglu": nn.SiLU}
 
@@ -22,6 +22,7 @@ class PositionwiseFeedForward(nn.Module):
         super().__init__()
         positive_int("d_model", d_model)
         positive_int("d_ff", d_ff)
+        dropout_rate("dropout", dropout)
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation 应是 {sorted(_ACTIVATIONS)} 之一，收到 {activation!r}")
         self.w_1 = nn.Linear(d_model, d_ff)
@@ -31,6 +32,7 @@ class PositionwiseFeedForward(nn.Module):
         self.w_2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        module_dtype("x", x, self)
         hidden = self.activation(self.w_1(x))  # (B, T, d_ff)
         if self.w_3 is not None:
             hidden = hidden * self.w_3(x)  # SwiGLU：SiLU(W_1 x) ⊙ W_3 x，(B, T, d_ff)

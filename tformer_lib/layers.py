@@ -5,6 +5,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ._checks import dropout_rate, module_dtype
 from .attention import MultiHeadAttention
 from .feedforward import PositionwiseFeedForward
 from .kv_cache import AttentionCache
@@ -23,10 +24,11 @@ class ResidualNorm(nn.Module):
     def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, norm: str = "layer"):
         super().__init__()
         self.norm = make_norm(norm, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout_rate("dropout", dropout))
         self.norm_first = norm_first
 
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        module_dtype("x", x, self.norm)
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from ._checks import non_empty_sequence, tensor_with_dim
+from ._checks import bool_mask, flag, last_dim, non_empty_sequence, same_batch, tensor_with_dim
 from .attention import MultiHeadAttention
 from .config import TransformerConfig
 from .embedding import TokenEmbedding
@@ -98,11 +98,23 @@ class Transformer(nn.Module):
         tensor_with_dim(name, tokens, 2, "(B, T) of token ids")
         non_empty_sequence(name, tokens, seq_dim=1)
 
+    def _check_cache(self, cache) -> None:
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache 应是 model.new_cache() 创建的 KVCache，收到 {type(cache).__name__}")
+        n_layers = len(self.decoder.layers)
+        if len(cache.self_attn) != n_layers or len(cache.cross_attn) != n_layers:
+            raise ValueError(
+                f"cache 有 {len(cache.self_attn)} 层，但解码器有 {n_layers} 层：请用 model.new_cache() 新建缓存"
+            )
+
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """源序列 ``(B, S)`` → memory ``(B, S, d_model)``；默认掩码为源端的填充掩码。"""
         self._check_tokens("src", src)
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
+        else:
+            B, S = src.shape
+            bool_mask("src_mask", src_mask, (B, self.config.n_heads, S, S))
         return self.encoder(self.src_pos(self.src_embed(src, name="src")), src_mask)
 
     def decode(
@@ -122,6 +134,16 @@ class Transformer(nn.Module):
         """
         self._check_tokens("tgt_in", tgt_in)
         tensor_with_dim("memory", memory, 3, "(B, S, d_model)")
+        last_dim("memory", memory, self.config.d_model, "模型的 d_model")
+        if cache is not None:
+            self._check_cache(cache)
+        cross_k = cache.cross_attn[0].k if cache is not None else None
+        if cross_k is None:  # 有缓存且交叉注意力的 K/V 已算好时，memory 不再被读取（束搜索时批大小可以不同）
+            same_batch(("tgt_in", tgt_in), ("memory", memory))
+        else:
+            same_batch(("tgt_in", tgt_in), ("cache", cross_k))
+        if src_mask is not None:
+            bool_mask("src_mask", src_mask, (tgt_in.shape[0], self.config.n_heads, tgt_in.shape[1], memory.shape[1]))
         start = cache.length if cache is not None else 0
         if tgt_mask is None:
             length = tgt_in.shape[1]
@@ -142,6 +164,8 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """``src`` ``(B, S)``、``tgt_in`` ``(B, T)`` → logits ``(B, T, V_tgt)``（未经 softmax）。"""
         self._check_tokens("src", src)
+        self._check_tokens("tgt_in", tgt_in)
+        same_batch(("src", src), ("tgt_in", tgt_in))
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, 1, S)
         memory = self.encode(src, src_mask)
@@ -153,6 +177,7 @@ class Transformer(nn.Module):
 
     def set_fast_attention(self, fast: bool) -> None:
         """在显式路径（返回权重）与快速路径之间切换所有注意力模块。"""
+        flag("fast", fast)
         self.config.fast_attention = bool(fast)
         for module in self.modules():
             if isinstance(module, MultiHeadAttention):

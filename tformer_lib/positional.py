@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import positive_int, tensor_with_dim
+from ._checks import dropout_rate, last_dim, positive_int, tensor_with_dim
 
 
 def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
@@ -35,9 +35,12 @@ def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
     return pe.to(torch.float32)
 
 
-def _check_positions(x: torch.Tensor, start: int, max_len: int) -> int:
+def _check_positions(x: torch.Tensor, start: int, max_len: int, d_model: int) -> int:
     tensor_with_dim("x", x, 3, "(B, T, d_model)")
+    last_dim("x", x, d_model, "这个位置编码模块的 d_model")
     length = x.shape[1]
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise TypeError(f"start 应是整数，收到 {type(start).__name__} {start!r}")
     if start < 0:
         raise ValueError(f"start 应 ≥ 0，收到 {start}")
     if start + length > max_len:
@@ -55,12 +58,12 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = positive_int("d_model", d_model)
         self.max_len = positive_int("max_len", max_len)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout_rate("dropout", dropout))
         # 固定编码不是参数；persistent=False 让检查点不必保存它。
         self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        length = _check_positions(x, start, self.max_len)
+        length = _check_positions(x, start, self.max_len, self.d_model)
         return self.dropout(x + self.pe[start : start + length].to(x.dtype))  # (B, T, d_model)
 
 
@@ -72,10 +75,10 @@ class LearnedPositionalEmbedding(nn.Module):
         self.d_model = positive_int("d_model", d_model)
         self.max_len = positive_int("max_len", max_len)
         self.embedding = nn.Embedding(max_len, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout_rate("dropout", dropout))
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
-        length = _check_positions(x, start, self.max_len)
+        length = _check_positions(x, start, self.max_len, self.d_model)
         positions = torch.arange(start, start + length, device=x.device)  # (T,)
         return self.dropout(x + self.embedding(positions))  # (B, T, d_model)
 
@@ -85,7 +88,7 @@ class NoPositionalEncoding(nn.Module):
 
     def __init__(self, dropout: float = 0.0):
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout_rate("dropout", dropout))
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         tensor_with_dim("x", x, 3, "(B, T, d_model)")

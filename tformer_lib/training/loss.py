@@ -11,10 +11,13 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import one_of, token_ids
 from ..specials import PAD
 
 __all__ = ["LabelSmoothingLoss", "label_smoothing_loss"]
@@ -36,14 +39,17 @@ def label_smoothing_loss(
     smoothing: ε ∈ [0, 1)。
     reduction: ``"mean"``（按真实词元平均）、``"sum"`` 或 ``"none"``（逐位置，PAD 处为 0）。
     """
-    if not 0.0 <= float(smoothing) < 1.0:
-        raise ValueError(f"smoothing 应在 [0, 1) 内，收到 {smoothing!r}")
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"reduction 应为 'mean'、'sum' 或 'none'，收到 {reduction!r}")
+    _check_smoothing(smoothing)
+    one_of("reduction", reduction, REDUCTIONS)
+    if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
+        raise TypeError(f"logits 应是浮点 torch.Tensor (..., V)，收到 {getattr(logits, 'dtype', type(logits).__name__)}")
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"target 应是由词元 id 组成的 torch.Tensor，收到 {type(target).__name__}")
     if logits.shape[:-1] != target.shape:
         raise ValueError(
             f"logits 的形状 {tuple(logits.shape)} 去掉最后一维应等于 target 的形状 {tuple(target.shape)}"
         )
+    token_ids("target", target[target != pad_id], logits.shape[-1])  # 不看 PAD 位；其余 id 须在 [0, V) 内
     log_p = F.log_softmax(logits.float(), dim=-1)  # (..., V)
     keep = target != pad_id  # (...)
     safe_target = target.masked_fill(~keep, 0)  # PAD 位随便取一个合法 id，稍后乘 0
@@ -57,13 +63,21 @@ def label_smoothing_loss(
     return loss.sum() / keep.sum().clamp(min=1)
 
 
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _check_smoothing(smoothing) -> None:
+    if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real) or not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing 应在 [0, 1) 内，收到 {smoothing!r}")
+
+
 class LabelSmoothingLoss(nn.Module):
     """:func:`label_smoothing_loss` 的模块版：``LabelSmoothingLoss(0.1)(logits, target)``。"""
 
     def __init__(self, smoothing: float = 0.1, pad_id: int = PAD, reduction: str = "mean"):
         super().__init__()
-        if not 0.0 <= float(smoothing) < 1.0:
-            raise ValueError(f"smoothing 应在 [0, 1) 内，收到 {smoothing!r}")
+        _check_smoothing(smoothing)
+        one_of("reduction", reduction, REDUCTIONS)  # 构造时就检查，不要等到第一次调用
         self.smoothing = float(smoothing)
         self.pad_id = pad_id
         self.reduction = reduction

@@ -24,7 +24,7 @@ from torch import nn
 
 from ..decoding import _model_max_len, greedy_decode, ids_to_lists
 from ..data.batching import Batch, batch_iterator, num_batches
-from .loss import label_smoothing_loss
+from .loss import _check_smoothing, label_smoothing_loss
 from .schedule import make_optimizer, make_scheduler
 
 __all__ = ["History", "Trainer", "evaluate", "TrainingDivergedError"]
@@ -189,6 +189,7 @@ class Trainer:
             raise ValueError("train_data 为空：至少需要一个训练句子对")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size 应为正整数，收到 {batch_size!r}")
+        _check_smoothing(label_smoothing)
         if clip_grad_norm is not None and not clip_grad_norm > 0:
             raise ValueError(f"clip_grad_norm 应为正数或 None，收到 {clip_grad_norm!r}")
         for i, cb in enumerate(callbacks):
