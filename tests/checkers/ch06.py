@@ -1,12 +1,14 @@
 """第 6 章检查器的用例：参考答案（与 notebooks/solutions/06_solutions.ipynb 一致）和已知错误答案。
 
-练习 1（数值稳定的 softmax）用的是经典检查器 ``check_softmax``，它的用例在别处（``checks.py`` 的主人）。
+练习 1（数值稳定的 softmax）用的是 ``tformer_lib.exercises.checks`` 里的经典检查器 ``check_softmax``；
+第 6 章是现在唯一用它的章，它的用例也放在这里。
 """
 
 import torch
 import torch.nn.functional as F
 
 from checkers import Case, Wrong
+from tformer_lib.exercises.checks import check_softmax
 from tformer_lib.exercises.ch06 import (
     check_cross_entropy,
     check_log_softmax,
@@ -14,6 +16,28 @@ from tformer_lib.exercises.ch06 import (
     check_temperature_grad,
     check_top_k_probs,
 )
+
+
+# ---- 练习 1：数值稳定的 softmax ----
+def ref_softmax(x):
+    z = x - x.max(dim=-1, keepdim=True).values  # 减去每行最大值：exp 不会溢出，结果不变
+    e = z.exp()
+    return e / e.sum(dim=-1, keepdim=True)  # 沿最后一维归一化
+
+
+def _naive_softmax(x):
+    e = x.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+SOFTMAX = Case(check_softmax, ref_softmax, also_correct=[lambda x: x.softmax(-1)], wrong=[
+    Wrong("hard_coded", lambda x: torch.tensor([0.7275, 0.2676, 0.0049])),
+    Wrong("wrong_axis", lambda x: x.softmax(dim=0), key="wrong_axis"),
+    Wrong("no_normalization", lambda x: x.exp(), key="no_normalization"),
+    Wrong("overflow", _naive_softmax, key="overflow"),
+    Wrong("inplace", lambda x: x.sub_(x.max(-1, keepdim=True).values).exp_().div_(x.sum(-1, keepdim=True)),
+          key="inplace"),
+])
 
 
 # ---- 练习 2：带温度的 softmax ----
@@ -128,4 +152,4 @@ TOP_K = Case(check_top_k_probs, ref_top_k, wrong=[
     Wrong("k_fixed_3", lambda z, k: ref_top_k(z, 3), key="values"),
 ])
 
-CASES = [TEMPERATURE, LOG_SOFTMAX, CROSS_ENTROPY, GRAD, TOP_K]
+CASES = [SOFTMAX, TEMPERATURE, LOG_SOFTMAX, CROSS_ENTROPY, GRAD, TOP_K]
