@@ -29,8 +29,8 @@
    （检查器要用几组随机情形和大小，见 :func:`tformer_lib.exercises._core.random_cases`）；
 4. 没动过的桩（``raise NotImplementedError``）→ ⏳（``pending``），只打印、不抛异常；
 5. 返回 ``None`` 的函数（忘了 ``return``）→ ❌，``mistake == "returned_none"``，提示里有“返回了 None”；
-6. 抛出 ``KeyError`` 的函数 → ❌，``mistake == "exception"``，提示里点名 ``KeyError``（怪读者的函数，
-   因为确实是它抛的）；返回莫名其妙的对象时检查器也不抛异常；
+6. 抛出异常的函数（一个检查器不可能专门处理的异常类 ``ReadersOwnError``）→ ❌，``mistake == "exception"``，
+   提示里点名异常类（怪读者的函数，因为确实是它抛的）；返回莫名其妙的对象时检查器也不抛异常；
 7. ``returns="number"``/``"int"``/``"bool"`` 时：参考答案的返回值换成 Python/NumPy 标量、0 维张量
    （``"int"`` 还有 ``12.0`` 这样的整值浮点数）都必须 ✅；换成字符串必须 ❌ 且 ``mistake == "string"``。
 
@@ -115,6 +115,10 @@ def _stub(*args, **kwargs):
     raise NotImplementedError
 
 
+class ReadersOwnError(Exception):
+    """读者的函数里抛出的、检查器不可能特别处理的异常。"""
+
+
 def _rng_snapshot():
     return torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
 
@@ -189,10 +193,10 @@ def test_exception_in_readers_function_is_reported_not_raised(item, capsys):
     _, case = item
 
     def broken(*args, **kwargs):
-        raise KeyError("oops")
+        raise ReadersOwnError("oops")
 
     result = case.checker(broken)
-    assert result.status == "failed" and result.mistake == "exception" and "KeyError" in result.hint
+    assert result.status == "failed" and result.mistake == "exception" and "ReadersOwnError" in result.hint
     weird = case.checker(lambda *a, **k: object())  # 不抛异常，也不通过
     assert not weird.passed
     capsys.readouterr()

@@ -48,3 +48,26 @@ def test_draws_into_given_axes_without_missing_glyphs(render):
 def test_bad_input(kwargs, error):
     with pytest.raises(error):
         plot_position_distance(**kwargs)
+
+
+def test_sequence_mixing_figure_renders_with_step_labels(render):
+    from tformer_lib.plotting.ch02 import plot_sequence_mixing
+
+    result = {"lengths": [8, 32], "rnn_seconds": [1e-3, 4e-3], "attention_seconds": [5e-4, 6e-4],
+              "rnn_steps": [8, 32], "attention_steps": [1, 1], "threads": 1}
+    fig = render(plot_sequence_mixing(result))
+    ax = fig.axes[0]
+    assert len(ax.get_lines()) == 2 and "1 个线程" in ax.get_title()
+    assert [t.get_text() for t in ax.texts] == ["8 步", "32 步"]
+    with pytest.raises(ValueError):
+        plot_sequence_mixing({"lengths": [8]})
+
+
+def test_length_generalization_figure_renders(render):
+    from tformer_lib.plotting.ch02 import plot_length_generalization
+
+    fig = render(plot_length_generalization({"正弦余弦": {4: 1.0, 12: 0.2}, "可学习": {4: 1.0, 12: 0.0}},
+                                            train_max_len=8))
+    assert len(fig.axes[0].get_lines()) == 3  # 两条曲线 + 竖线
+    with pytest.raises(ValueError):
+        plot_length_generalization({}, train_max_len=8)

@@ -1,10 +1,9 @@
-"""第 2 章练习的检查器（checker）：维度对的波长、相对位移的旋转矩阵、“顺序盲”测试。
+"""第 2 章练习的检查器（checker）：位置编码的距离闭式、找错版正弦余弦编码（在 checks.py）、
+相对位置下标（Shaw et al. 的截断相对距离）、“顺序盲”测试。
 
-用 :mod:`tformer_lib.exercises._core` 的框架：桩（抛 ``NotImplementedError`` 或返回 ``None``）→
-“⏳ 尚未完成”（不抛异常）；通过 → ✅；未通过 → ❌ 加一句点名常见错误的提示（忘了 2π、指数少了 2、
-sin 的符号放反、角度忘了乘 ω_i、比较前忘了把输出也打乱……）。
-
-检查器建层、打乱顺序用到的随机数都在 ``torch.random.fork_rng`` 里，不改变笔记本的全局随机状态。
+用 :mod:`tformer_lib.exercises._core` 的框架：桩（抛 ``NotImplementedError``）→ “⏳ 尚未完成”（不抛异常）；
+返回 None → “函数返回了 None”；通过 → ✅；未通过 → ❌ 加一句点名常见错误的提示。每个检查器都用几组随机的
+大小与情形（写死本章例子的答案不会通过）；检查器用到的随机数不改变笔记本的全局随机状态。
 """
 
 from __future__ import annotations
@@ -16,109 +15,95 @@ from typing import Any
 import torch
 from torch import nn
 
-from tformer_lib.exercises._core import CheckResult, Mistake, Variant, compare, expect_shape, run_checks
+from tformer_lib.exercises._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_bool,
+    compare,
+    compare_number,
+    draw_choice,
+    draw_int,
+    expect_shape,
+    random_cases,
+    run_checks,
+)
 
-__all__ = ["check_wavelength", "check_shift_rotation", "check_order_blindness_test"]
-
-
-# ---- 练习：第 i 对维度的波长 ---------------------------------------------------------------------------
-
-_WAVELENGTH_CASES = ((1, 8), (3, 8), (0, 8), (0, 512), (1, 512), (64, 512), (128, 512), (255, 512), (10, 64))
-
-
-def _as_number(value: Any, call: str) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            import numpy as np
-
-            if isinstance(value, np.generic) and value.size == 1:
-                return float(value)
-        except ImportError:  # pragma: no cover
-            pass
-        raise Mistake(f"{call} 应返回一个数，你返回的是 {value!r}", key="type")
-    return float(value)
+__all__ = ["check_pe_distance", "check_relative_position_index", "check_order_blindness_test"]
 
 
-def _t(x: float) -> torch.Tensor:
-    return torch.tensor(x, dtype=torch.float64)
+# ---- 练习：相隔 k 的两个位置编码有多远（推导并核对）-------------------------------------------------------
 
 
-def _wavelengths(f: Callable) -> None:
-    for i, d in _WAVELENGTH_CASES:
-        call = f"wavelength({i}, {d})"
-        got = _t(_as_number(f(i, d), call))
-        want = 2 * math.pi * 10000 ** (2 * i / d)
-        compare(got, _t(want), what=call, atol=1e-9, rtol=1e-6, variants=[
-            Variant("no_2pi", f"{call} 应为 {want:.4f}。忘了乘 2π：10000^(2i/d_model) 只是角频率 ω_i 的倒数，"
-                    "正弦波走完一整圈是 2π 弧度，所以波长 = 2π / ω_i", _t(10000 ** (2 * i / d))),
-            Variant("exponent_i", f"{call} 应为 {want:.4f}。指数应是 2i/d_model，不是 i/d_model："
-                    "i 是第几“对”维度，这一对的维度号是 2i 与 2i+1", _t(2 * math.pi * 10000 ** (i / d))),
-            Variant("angular_frequency", f"{call} 应为 {want:.4f}。这是角频率 ω_i = 10000^(−2i/d_model)，"
-                    "不是波长；波长 = 2π / ω_i", _t(10000 ** (-2 * i / d))),
-            Variant("frequency", f"{call} 应为 {want:.4f}。这是频率（每走一步转多少圈），波长是它的倒数",
-                    _t(1 / want)),
-            Variant("exponent_2i_plus_1", f"{call} 应为 {want:.4f}。指数应是 2i/d_model：同一对里的 sin 维与 "
-                    "cos 维共用一个频率，不要用 2i+1", _t(2 * math.pi * 10000 ** ((2 * i + 1) / d))),
-        ], default_hint=f"{call} 应为 2π·10000^(2i/d_model) ≈ {want:.4f}")
+def _omega(d: int) -> torch.Tensor:
+    return 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
 
 
-def check_wavelength(fn: Callable[[int, int], float], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(i, d_model)`` 返回第 i 对维度（第 2i、2i+1 维）的波长 ``2π · 10000^(2i/d_model)``。"""
-    return run_checks("第 i 对维度的波长", fn, [("与 2π·10000^(2i/d_model) 一致", _wavelengths)], verbose=verbose)
+def pe_distance_reference(k: int, d_model: int) -> float:
+    """‖PE(pos + k) − PE(pos)‖ = √(Σ_i 2 − 2cos(k·ω_i))，与 pos 无关。"""
+    return math.sqrt(float((2 - 2 * torch.cos(k * _omega(d_model))).sum()))
 
 
-# ---- 练习：相对位移的旋转矩阵 R_k -------------------------------------------------------------------------
-
-_ROTATION_CASES = ((1, 8), (3, 8), (-2, 8), (0, 8), (5, 4), (7, 64), (-11, 64), (100, 64))
-_MAX_LEN = 160
-
-
-def _rotation(k: float, d: int, *, sign: float = 1.0, scale: bool = True, half_split: bool = False) -> torch.Tensor:
-    """R_k 的参考实现（及几种常见错误写法），float64。
-
-    默认是本书约定：第 2i 维（sin）与第 2i+1 维（cos）配对；``half_split=True`` 是 RoPE 的前后两半配对。
-    """
-    omega = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
-    theta = k * omega if scale else torch.full_like(omega, float(k))
-    c, s = torch.cos(theta), sign * torch.sin(theta)
-    r = torch.zeros(d, d, dtype=torch.float64)
-    if half_split:
-        h = d // 2
-        r[:h, :h], r[:h, h:], r[h:, :h], r[h:, h:] = torch.diag(c), torch.diag(s), torch.diag(-s), torch.diag(c)
-    else:
-        r[0::2, 0::2], r[0::2, 1::2] = torch.diag(c), torch.diag(s)  # sin 分量 ← cos(kω)·sin + sin(kω)·cos
-        r[1::2, 0::2], r[1::2, 1::2] = torch.diag(-s), torch.diag(c)  # cos 分量 ← −sin(kω)·sin + cos(kω)·cos
-    return r
+def _pe_distance_all(f: Callable) -> None:
+    cases = [(1, 512)]
+    for g in random_cases(7, seed=201):
+        cases.append((draw_int(g, 1, 300), 2 * draw_int(g, 2, 128)))
+    for k, d in cases:
+        call = f"pe_distance({k}, {d})"
+        want = pe_distance_reference(k, d)
+        s = float((1 - torch.cos(k * _omega(d))).sum())
+        compare_number(f(k, d), want, what=call, rtol=1e-5, atol=1e-6, variants=[
+            Variant("squared", f"{call}：这是距离的平方，别忘了开根号", 2 * s),
+            Variant("missing_factor_2", f"{call}：每一对维度贡献 (sin a − sin b)² + (cos a − cos b)² = 2 − 2cos(a − b)，"
+                    "少了因子 2", math.sqrt(s)),
+            Variant("sqrt_d", f"{call}：√d_model 只是两个毫不相干的位置的典型距离（曲线的渐近线），距离还和 k 有关",
+                    math.sqrt(d)),
+            Variant("one_pair_per_dim", f"{call}：求和是对 d_model/2 个维度“对”（i = 0 … d_model/2 − 1），"
+                    "不是对 d_model 个维度", math.sqrt(2 * float((1 - torch.cos(k * 10000.0 ** (
+                        -torch.arange(0, d, dtype=torch.float64) / d))).sum()))),
+        ], default_hint=f"{call} 不对：把 ‖PE(p+k) − PE(p)‖² 按维度对展开，每对用一次和角公式")
 
 
-def _rotations(f: Callable) -> None:
-    from tformer_lib.positional import sinusoidal_positional_encoding
-
-    for k, d in _ROTATION_CASES:
-        call = f"shift_rotation({k}, {d})"
-        r = f(k, d)
-        expect_shape(r, (d, d), what=f"{call} 的结果")
-        compare(r, _rotation(k, d), what=call, atol=1e-5, rtol=1e-4, variants=[
-            Variant("sin_sign", "2×2 块里 sin 的符号放反了：你的矩阵把位置往回挪了 k 步（它是 R_{−k}，即 R_k 的转置）。"
-                    "由 sin(a+b) = sin a·cos b + cos a·sin b，sin 分量那一行应是 [cos kω, +sin kω]",
-                    _rotation(k, d, sign=-1.0)),
-            Variant("angle_k", "旋转角度应是 k·ω_i（ω_i = 10000^(−2i/d_model)），不是 k：每对维度转的角度各不相同",
-                    _rotation(k, d, scale=False)),
-            Variant("half_split", "你把第 j 维与第 j + d/2 维配成了一对（那是 RoPE 的 half-split 约定）；"
-                    "本书的正弦余弦编码是第 2i 维（sin）与第 2i+1 维（cos）配对", _rotation(k, d, half_split=True)),
-        ])
-        # 再用定义本身验证一次：对所有位置 PE(pos + k) = R_k · PE(pos)
-        pe = sinusoidal_positional_encoding(_MAX_LEN, d).double()  # (max_len, d)
-        lo, hi = max(0, -k), min(_MAX_LEN, _MAX_LEN - k)
-        shifted = pe[lo:hi] @ torch.as_tensor(r, dtype=torch.float64).T  # 每行 R_k · PE(pos)
-        compare(shifted, pe[lo + k:hi + k], what=f"{call} 作用在 PE(pos) 上的结果", atol=1e-4)
+def check_pe_distance(fn: Callable[[int, int], float]) -> CheckResult:
+    """``fn(k, d_model)`` 应返回 ‖PE(pos + k) − PE(pos)‖（与 pos 无关）的闭式。"""
+    return run_checks("相隔 k 的两个位置编码的距离", fn, [("随机的 k 与 d_model", _pe_distance_all)])
 
 
-def check_shift_rotation(fn: Callable[[int, int], Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(k, d_model)`` 返回 R_k：对所有位置 pos 有 ``PE(pos + k) = R_k · PE(pos)``。"""
-    return run_checks("相对位移的旋转矩阵 R_k", fn, [("PE(pos + k) = R_k·PE(pos)", _rotations)], verbose=verbose)
+# ---- 练习：相对位置下标（扩展：Shaw et al. 2018 的截断相对距离）---------------------------------------------
+
+
+def relative_index_reference(t_q: int, t_k: int, max_distance: int) -> torch.Tensor:
+    rel = torch.arange(t_k)[None, :] - torch.arange(t_q)[:, None]  # (T_q, T_k)：j − i
+    return rel.clamp(-max_distance, max_distance) + max_distance
+
+
+def _relative_index_all(f: Callable) -> None:
+    cases = [(5, 5, 2)]
+    for g in random_cases(6, seed=202):
+        t_q = draw_int(g, 1, 9)
+        t_k = draw_choice(g, [t_q, draw_int(g, 1, 9)])
+        cases.append((t_q, t_k, draw_int(g, 1, 6)))
+    for t_q, t_k, K in cases:
+        call = f"relative_position_index({t_q}, {t_k}, {K})"
+        got = f(t_q, t_k, K)
+        want = relative_index_reference(t_q, t_k, K)
+        expect_shape(got, (t_q, t_k), what=call, hint=f"{call} 的形状应为 (T_q, T_k) = {(t_q, t_k)}：行是查询 i，列是键 j")
+        if isinstance(got, torch.Tensor) and (got.is_floating_point() or got.dtype == torch.bool):
+            raise Mistake(f"{call} 应是整数张量（拿来给 nn.Embedding 查表），你的 dtype 是 {got.dtype}", key="dtype")
+        rel = torch.arange(t_k)[None, :] - torch.arange(t_q)[:, None]  # (T_q, T_k)
+        compare(got, want, what=call, atol=0, rtol=0, variants=[
+            Variant("direction", f"{call}：方向反了——本书约定相对位置是 j − i（键减查询，键在查询右边为正）",
+                    (-rel).clamp(-K, K) + K),
+            Variant("no_offset", f"{call}：截断后的 j − i 在 [−K, K] 里，要再加 K 才能当作 0 … 2K 的下标", rel.clamp(-K, K)),
+            Variant("no_clip", f"{call}：没有截断：距离超过 K 的都应归到两端的桶（clamp 到 [−K, K]）", rel + K),
+            Variant("absolute", f"{call}：用了 |j − i|，丢掉了“谁在前”的信息；应保留符号，共 2K + 1 个桶",
+                    rel.abs().clamp(max=K)),
+        ], default_hint=f"{call} 应为 clamp(j − i, −K, K) + K，例如 {want.tolist()}")
+
+
+def check_relative_position_index(fn: Callable[[int, int, int], Any]) -> CheckResult:
+    """``fn(t_q, t_k, max_distance)`` 应返回 ``(T_q, T_k)`` 的整数下标 ``clamp(j − i, −K, K) + K``。"""
+    return run_checks("相对位置下标", fn, [("随机的 T_q、T_k、K（含 T_q ≠ T_k）", _relative_index_all)])
 
 
 # ---- 练习：“顺序盲”测试 ---------------------------------------------------------------------------------
@@ -145,21 +130,15 @@ class _RunningMean(nn.Module):
         return x.cumsum(dim=1) / steps  # (B, T, d_model)
 
 
-def _as_bool(value: Any) -> bool:
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype == torch.bool:
-        value = value.item()
-    if not isinstance(value, bool):
-        raise Mistake(f"is_order_blind 应返回 True 或 False，你返回的是 {value!r}（{type(value).__name__}）", key="type")
-    return value
-
-
 def _order_blindness(f: Callable) -> None:
     from tformer_lib.layers import EncoderLayer
 
-    d_model = 8
-    with torch.random.fork_rng(devices=[]):  # 建层、造输入、读者函数里的 randperm 都不动全局随机状态
-        torch.manual_seed(0)
-        encoder = EncoderLayer(d_model, n_heads=2, d_ff=16).eval()
+    for g in random_cases(3, seed=203):
+        n_heads = draw_choice(g, [2, 4])
+        d_model = n_heads * draw_int(g, 4, 6)  # 太窄（如 2 维）时 LayerNorm 会抹掉几乎所有信息，顺序也测不出
+        B, T = draw_int(g, 1, 3), draw_int(g, 3, 7)
+        torch.manual_seed(draw_int(g, 0, 10_000))  # run_checks 之后会恢复全局随机状态
+        encoder = EncoderLayer(d_model, n_heads=n_heads, d_ff=2 * d_model).eval()
         per_token = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU()).eval()
         cases = (
             ("不带位置编码的编码器层", encoder, True),
@@ -167,23 +146,24 @@ def _order_blindness(f: Callable) -> None:
             ("先加位置编码再过编码器层", _WithPositions(encoder, d_model).eval(), False),
             ("沿序列做累积平均的层", _RunningMean(), False),
         )
-        x = torch.randn(2, 5, d_model)  # (B, T, d_model)
+        x = torch.randn(B, T, d_model, generator=g)  # (B, T, d_model)
+        where = f"（B={B}, T={T}, d_model={d_model}）"
         for name, layer, want in cases:
             for _ in range(3):  # 读者的函数可能每次随机打乱，多试几次
-                got = _as_bool(f(layer, x.clone()))
+                got = as_bool(f(layer, x.clone()), "is_order_blind 的返回值")
                 if got == want:
                     continue
                 if want:
                     raise Mistake(
-                        f"对“{name}”返回了 False，但它对顺序是盲的（输入换顺序，输出只是跟着换顺序）。"
+                        f"对“{name}”{where}返回了 False，但它对顺序是盲的（输入换顺序，输出只是跟着换顺序）。"
                         "是不是拿 layer(打乱后的 x) 直接和 layer(x) 比较了？应先把 layer(x) 按同样方式打乱再比较；"
                         "比较浮点数请用 torch.allclose，不要用 ==", key="forgot_to_permute_output")
                 raise Mistake(
-                    f"对“{name}”返回了 True，但它对顺序敏感。检查你打乱的是不是序列维（第 1 维）"
+                    f"对“{name}”{where}返回了 True，但它对顺序敏感。检查你打乱的是不是序列维（第 1 维）"
                     "——打乱批维（第 0 维）或特征维测不出顺序；还要确认打乱后的顺序确实与原来不同",
                     key="wrong_dimension")
 
 
-def check_order_blindness_test(fn: Callable[[nn.Module, torch.Tensor], bool], *, verbose: bool = True) -> CheckResult:
+def check_order_blindness_test(fn: Callable[[nn.Module, torch.Tensor], bool]) -> CheckResult:
     """检查 ``fn(layer, x)``：layer 对序列维的置换等变（顺序盲）时返回 True，否则返回 False。"""
-    return run_checks("顺序盲测试", fn, [("区分顺序盲与顺序敏感的层", _order_blindness)], verbose=verbose)
+    return run_checks("顺序盲测试", fn, [("随机大小下区分顺序盲与顺序敏感的层", _order_blindness)])

@@ -18,9 +18,11 @@ from tformer_lib.exercises._core import (
     Variant,
     as_tensor,
     compare,
+    draw_int,
     expect_dtype,
     expect_shape,
     randn,
+    random_cases,
     run_checks,
 )
 
@@ -290,8 +292,12 @@ def check_positional_encoding(fn: Callable[[int, int], Any], *, verbose: bool = 
     前一半 sin、后一半 cos 的拼接；位置从 1 开始；形状转置。
     """
 
+    sizes = [(6, 8), (50, 16)]
+    for g in random_cases(4, seed=41):  # 再加几组随机的偶数 d_model 与长度：写死的表通不过
+        sizes.append((draw_int(g, 1, 80), 2 * draw_int(g, 1, 40)))
+
     def values(f):
-        for max_len, d_model in ((6, 8), (50, 16)):
+        for max_len, d_model in sizes:
             out = f(max_len, d_model)
             ref = _pe_variant(max_len, d_model)
             compare(out, ref, what=f"PE({max_len}, {d_model})", atol=1e-4, variants=[
@@ -309,7 +315,7 @@ def check_positional_encoding(fn: Callable[[int, int], Any], *, verbose: bool = 
                         "你的结果转置了", ref.T),
             ])
 
-    return run_checks("正弦余弦位置编码", fn, [("与论文公式一致", values)], verbose=verbose)
+    return run_checks("正弦余弦位置编码", fn, [("几组随机大小下与论文公式一致", values)], verbose=verbose)
 
 
 # ------------------------------------------------------------------ multi-head split / merge
