@@ -8,7 +8,7 @@ from tformer_lib.plotting.ch04 import (
     plot_activation_curves,
     plot_head_split,
     plot_layer_curves,
-    plot_norm_placement,
+    plot_seed_curves,
     plot_param_share,
 )
 
@@ -60,9 +60,7 @@ def test_param_share_bars_sum_to_total(render):
         plot_param_share({"a": -1})
 
 
-def test_norm_placement_and_layer_curves(render):
-    fig = render(plot_norm_placement())
-    assert [ax.get_title().split("\n")[0] for ax in fig.axes] == ["后置归一化 post-LN", "前置归一化 pre-LN"]
+def test_layer_curves(render):
     fig = render(plot_layer_curves({"向量长度": {"post-LN": [1, 1, 1], "pre-LN": [1, 2, 3]}, "梯度": {"x": [3, 2]}},
                                   title="对比", logy=True))
     assert len(fig.axes) == 2
@@ -72,3 +70,21 @@ def test_norm_placement_and_layer_curves(render):
         plot_layer_curves({})
     with pytest.raises(ValueError):
         plot_layer_curves({"空": {}})
+
+
+def test_seed_curves_show_the_mean_and_the_range(render):
+    runs = {"有 FFN": [[3.0, 2.0, 1.0], [5.0, 2.0, 0.0]], "没有 FFN": [[4.0, 3.0, 2.0]]}
+    fig = render(plot_seed_curves({"验证集损失": runs, "准确率": {"a": [[0.1, 0.9]]}}, title="消融"))
+    ax = fig.axes[0]
+    assert len(fig.axes) == 2
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [4.0, 2.0, 0.5])  # 两个种子的平均
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), [1, 2, 3])
+    assert "2 个种子" in ax.get_legend().get_texts()[0].get_text()
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == 0.0 and band.max() == 5.0  # 阴影是最小–最大范围
+    with pytest.raises(ValueError):
+        plot_seed_curves({})
+    with pytest.raises(ValueError):
+        plot_seed_curves({"空": {}})
+    with pytest.raises(ValueError):
+        plot_seed_curves({"长度不同": {"a": [[1.0, 2.0], [1.0]]}})

@@ -4,7 +4,7 @@
   下面是切开后每个头的 ``(T, d_k)``——也就是 ``split_heads`` 做的事；
 - :func:`plot_activation_curves`：ReLU 与 GELU 等激活函数的曲线；
 - :func:`plot_param_share`：一层里各部分参数量的占比（横向堆叠条）；
-- :func:`plot_norm_placement`：后置归一化（post-LN）与前置归一化（pre-LN）的结构示意图；
+- :func:`plot_seed_curves`：几个种子的平均曲线与最小–最大范围（FFN 消融实验的验证集曲线）；
 - :func:`plot_layer_curves`：随层号变化的若干条曲线（例如 post-LN 与 pre-LN 在 12 层里的激活范数、梯度范数）。
 """
 
@@ -155,53 +155,39 @@ def plot_param_share(
     return fig
 
 
-def _box(ax, xy, text, color):
-    from matplotlib.patches import FancyBboxPatch
+def plot_seed_curves(
+    panels: Mapping[str, Mapping[str, Sequence[Sequence[float]]]],
+    *,
+    xlabel: str = "epoch",
+    title: str | None = None,
+):
+    """若干个并排子图，每条曲线是几个种子（seed）的平均，阴影是种子之间的最小–最大范围。
 
-    x, y = xy
-    ax.add_patch(FancyBboxPatch((x - 0.9, y - 0.28), 1.8, 0.56, boxstyle="round,pad=0.05",
-                                facecolor=color, edgecolor="black", lw=1))
-    ax.text(x, y, text, ha="center", va="center", fontsize=9)
-
-
-def _arrow(ax, start, end, **kw):
-    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="->", lw=1.4, **kw))
-
-
-def plot_norm_placement():
-    """示意图：左为后置归一化 post-LN（论文、库的默认），右为前置归一化 pre-LN（``norm_first=True``）。
-
-    两者都有一条残差（residual）支路，区别只在 LayerNorm 放在“相加之后”还是“子层之前”。
+    ``panels``：``{子图标题: {图例: [[种子 1 每个 epoch 的值], [种子 2 …], …]}}``；同一条曲线的各种子长度相同。
+    横轴为 1, 2, …, E（例如 epoch）。用于第 4 章的 FFN 消融实验（:mod:`tformer_lib.ablations`）。
     """
-    fig, axes = new_figure((9.0, 5.4), 1, 2)
-    sub, ln, add = "#cfe2f3", "#fce5cd", "#d9ead3"
-    specs = (
-        ("后置归一化 post-LN\n（论文；库的默认）", [("子层\n注意力 / FFN", sub), ("⊕ 相加", add), ("LayerNorm", ln)],
-         1, "y = LayerNorm(x + Sublayer(x))"),
-        ("前置归一化 pre-LN\n（norm_first=True）", [("LayerNorm", ln), ("子层\n注意力 / FFN", sub), ("⊕ 相加", add)],
-         2, "y = x + Sublayer(LayerNorm(x))"),
-    )
-    for ax, (title, boxes, add_index, formula) in zip(axes[0], specs):
-        ax.set_xlim(-2.2, 2.2)
-        ax.set_ylim(-0.7, 4.5)
-        ax.axis("off")
-        ys = [1.3 + 1.0 * i for i in range(len(boxes))]
-        ax.text(0, 0.0, "输入 x", ha="center", va="center", fontsize=10)
-        _arrow(ax, (0, 0.2), (0, ys[0] - 0.34))
-        for i, ((text, color), y) in enumerate(zip(boxes, ys)):
-            _box(ax, (0, y), text, color)
-            if i + 1 < len(boxes):
-                _arrow(ax, (0, y + 0.34), (0, ys[i + 1] - 0.34))
-        top = ys[-1] + 0.34
-        ax.text(0, top + 0.55, "输出 y", ha="center", va="center", fontsize=10)
-        _arrow(ax, (0, top), (0, top + 0.4))
-        # 残差支路：从输入绕到“相加”框
-        y_add = ys[add_index]
-        ax.plot([0, 1.5, 1.5], [0.45, 0.45, y_add], color="#cc0000", lw=1.6)
-        _arrow(ax, (1.5, y_add), (0.95, y_add), color="#cc0000")
-        ax.text(1.58, (0.45 + y_add) / 2, "残差\n支路", color="#cc0000", fontsize=9, va="center")
-        ax.set_title(title, fontsize=11)
-        ax.text(0, -0.5, formula, ha="center", va="center", fontsize=9, family="monospace")
+    if not panels:
+        raise ValueError("panels 不能为空")
+    fig, axes = new_figure((4.6 * len(panels), 3.6), 1, len(panels))
+    for ax, (ptitle, series) in zip(np.atleast_1d(axes).ravel(), panels.items()):
+        if not series:
+            raise ValueError(f"子图 {ptitle!r} 没有曲线")
+        for i, (label, runs) in enumerate(series.items()):
+            lengths = {len(r) for r in runs}
+            if len(lengths) != 1:
+                raise ValueError(f"panels[{ptitle!r}][{label!r}] 里各种子的长度应相同，收到 {sorted(lengths)}")
+            v = to_numpy(runs, f"panels[{ptitle!r}][{label!r}]", ndim=2)  # (种子数, E)
+            x = np.arange(1, v.shape[1] + 1)
+            style = _STYLES[i % len(_STYLES)]
+            color = _HEAD_COLORS[i % len(_HEAD_COLORS)]
+            ax.plot(x, v.mean(axis=0), style, color=color, lw=1.8, ms=4, label=f"{label}（{v.shape[0]} 个种子）")
+            ax.fill_between(x, v.min(axis=0), v.max(axis=0), color=color, alpha=0.18, lw=0)
+        ax.set_title(ptitle, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
     return fig
 
 
