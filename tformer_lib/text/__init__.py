@@ -2,8 +2,42 @@
 
 三者接口相同：``encode(text, add_bos=False, add_eos=False) -> list[int]``、``decode(ids) -> str``、
 ``vocab_size``、``save(path)`` / ``load(path)``；id 0–3 都是 :mod:`tformer_lib.specials` 的 PAD/BOS/EOS/UNK。
+
+* :class:`CharTokenizer` —— 一个字一个词元，词表从训练文本统计，没见过的字是 UNK；
+* :func:`train_bpe` / :class:`BPETokenizer` —— 教学版字节级 BPE（纯 Python，第 9 章展示它的源码）；
+* :class:`FastBPETokenizer` —— 同样设置的 ``tokenizers``（Rust）版，训练和编码快得多；
+* :mod:`tformer_lib.text.explain` —— BPE 对中文字节做了什么、压缩率表。
 """
 
+from .bpe import BPETokenizer, display_bytes, pretokenize, train_bpe
 from .char import CharTokenizer
+from .explain import (
+    TOKEN_KINDS,
+    MergeRow,
+    compression_table,
+    describe_merges,
+    merge_kind_counts,
+    token_kind,
+    tokens_of,
+    tokens_per_char,
+    utf8_bytes,
+)
+from .fast import FastBPETokenizer
 
-__all__ = ["CharTokenizer"]
+__all__ = [
+    "BPETokenizer",
+    "CharTokenizer",
+    "FastBPETokenizer",
+    "MergeRow",
+    "TOKEN_KINDS",
+    "compression_table",
+    "describe_merges",
+    "display_bytes",
+    "merge_kind_counts",
+    "pretokenize",
+    "token_kind",
+    "tokens_of",
+    "tokens_per_char",
+    "train_bpe",
+    "utf8_bytes",
+]

@@ -13,7 +13,7 @@ from ..specials import BOS, EOS, SPECIAL_TOKENS, UNK
 #: 解码时 UNK 显示成的文字
 UNK_TEXT = SPECIAL_TOKENS[UNK]
 
-__all__ = ["UNK_TEXT", "check_text", "check_texts", "id_list", "split_at_specials", "with_specials", "write_json", "read_json"]
+__all__ = ["UNK_TEXT", "check_text", "check_texts", "id_list", "split_at_specials", "with_specials", "write_json", "write_text", "read_json"]
 
 
 def check_text(name: str, text) -> str:
@@ -76,21 +76,25 @@ def with_specials(ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
     return ([BOS] if add_bos else []) + ids + ([EOS] if add_eos else [])
 
 
-def write_json(path, data: dict) -> Path:
-    """原子地写 JSON（先写临时文件再改名），中途失败不会留下半个文件。"""
+def write_text(path, text: str) -> Path:
+    """原子地写 UTF-8 文本（先写临时文件再改名），中途失败不会留下半个文件。"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, indent=1)
-            f.write("\n")
+            f.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
     return path
+
+
+def write_json(path, data: dict) -> Path:
+    """原子地写 JSON 文件。"""
+    return write_text(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")
 
 
 def read_json(path, kind: str) -> dict:

@@ -1,0 +1,126 @@
+"""看 BPE 对中文做了什么：UTF-8 字节 → 整字 → 常见的多字词；以及压缩率（每个字符几个词元）。
+
+这里只产出数据（列表、字典），画图交给 ``plotting``，表格交给笔记本。
+
+>>> utf8_bytes("月。")
+[('月', 'E6 9C 88'), ('。', 'E3 80 82')]
+>>> token_kind("月".encode()), token_kind("月".encode()[:2]), token_kind("明月".encode())
+('单字', '字节片段', '多字词')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from ._common import check_text, check_texts
+from .bpe import FIRST_MERGE_ID, BPETokenizer, display_bytes
+
+__all__ = [
+    "TOKEN_KINDS",
+    "MergeRow",
+    "compression_table",
+    "describe_merges",
+    "merge_kind_counts",
+    "token_kind",
+    "tokens_per_char",
+    "tokens_of",
+    "utf8_bytes",
+]
+
+#: 一个 BPE 词元是什么：不完整的 UTF-8 字节、恰好一个字符、还是几个字符
+TOKEN_KINDS = ("字节片段", "单字", "多字词")
+
+
+def utf8_bytes(text: str) -> list[tuple[str, str]]:
+    """每个字符和它的 UTF-8 字节（十六进制）：汉字 3 个字节，ASCII 1 个。"""
+    return [(c, c.encode("utf-8").hex(" ").upper()) for c in check_text("text", text)]
+
+
+def token_kind(b: bytes) -> str:
+    """``TOKEN_KINDS`` 之一：解不出完整 UTF-8 的是「字节片段」，否则按字符数分「单字」「多字词」。"""
+    try:
+        n = len(b.decode("utf-8"))
+    except UnicodeDecodeError:
+        return TOKEN_KINDS[0]
+    return TOKEN_KINDS[1] if n == 1 else TOKEN_KINDS[2]
+
+
+class MergeRow(NamedTuple):
+    """一条合并规则：第 ``rank`` 条，把 ``left`` 和 ``right`` 合成 id 为 ``id`` 的 ``token``。"""
+
+    rank: int
+    id: int
+    left: str
+    right: str
+    token: str
+    kind: str
+
+
+def _bpe(tokenizer) -> BPETokenizer:
+    if not isinstance(tokenizer, BPETokenizer):
+        raise TypeError(f"tokenizer 应是教学版 BPETokenizer（由 train_bpe 得到），收到 {type(tokenizer).__name__}")
+    return tokenizer
+
+
+def describe_merges(tokenizer: BPETokenizer, start: int = 0, stop: int | None = None) -> list[MergeRow]:
+    """第 ``start`` 到 ``stop`` 条合并规则（按学到的先后），每条写成人能读的文字和种类。"""
+    tb = _bpe(tokenizer).token_bytes
+    rows = []
+    for k, (a, b) in enumerate(tokenizer.merges[start:stop], start=start):
+        new = FIRST_MERGE_ID + k
+        rows.append(MergeRow(k, new, display_bytes(tb[a]), display_bytes(tb[b]), display_bytes(tb[new]),
+                             token_kind(tb[new])))
+    return rows
+
+
+def merge_kind_counts(tokenizer: BPETokenizer) -> dict[str, list[int]]:
+    """学了前 k 条合并规则时，三种词元各有多少个（k = 1, 2, …）；画「字节 → 字 → 词」的曲线用。"""
+    tb = _bpe(tokenizer).token_bytes
+    counts = {kind: [] for kind in TOKEN_KINDS}
+    running = dict.fromkeys(TOKEN_KINDS, 0)
+    for k in range(len(tokenizer.merges)):
+        running[token_kind(tb[FIRST_MERGE_ID + k])] += 1
+        for kind in TOKEN_KINDS:
+            counts[kind].append(running[kind])
+    return counts
+
+
+def tokens_of(tokenizer: BPETokenizer, text: str) -> list[tuple[str, str]]:
+    """``text`` 被切成的每个词元：（可读的文字, 十六进制字节），如 ``[("白日", "E7 99 BD E6 97 A5"), …]``。"""
+    tb = _bpe(tokenizer).token_bytes
+    return [(display_bytes(tb[i]), tb[i].hex(" ").upper()) for i in tokenizer.encode(text)]
+
+
+def tokens_per_char(tokenizer, texts: Iterable[str]) -> float:
+    """压缩率：编码 ``texts`` 得到的词元总数 ÷ 字符总数（字符级分词器恰好是 1，越小越省）。"""
+    texts = check_texts("texts", texts)
+    if hasattr(tokenizer, "encode_batch"):
+        n_tokens = sum(map(len, tokenizer.encode_batch(texts)))
+    else:
+        n_tokens = sum(len(tokenizer.encode(t)) for t in texts)
+    return n_tokens / sum(map(len, texts))
+
+
+def compression_table(train_texts: Sequence[str], eval_texts: Sequence[str], vocab_sizes: Iterable[int],
+                      fast: bool = True) -> list[dict]:
+    """字符级 vs 各种词表大小的字节级 BPE：在 ``train_texts`` 上建词表/学合并，在 ``eval_texts`` 上量压缩率。
+
+    每行一个字典：``tokenizer``、``vocab_size``、``tokens_per_char``、``tokens_per_poem``（每段文本平均几个词元）。
+    ``fast=True`` 用 ``tokenizers`` 训练（几秒）；``False`` 用教学版（全量语料要几分钟）。
+    """
+    from .bpe import train_bpe
+    from .char import CharTokenizer
+    from .fast import FastBPETokenizer
+
+    train_texts, eval_texts = check_texts("train_texts", train_texts), check_texts("eval_texts", eval_texts)
+    tokenizers = [("字符", CharTokenizer.build(train_texts))]
+    for v in vocab_sizes:
+        tok = FastBPETokenizer.train(train_texts, v) if fast else train_bpe(train_texts, v)
+        tokenizers.append(("字节级 BPE", tok))
+    rows = []
+    for name, tok in tokenizers:
+        tpc = tokens_per_char(tok, eval_texts)
+        rows.append({"tokenizer": name, "vocab_size": tok.vocab_size, "tokens_per_char": tpc,
+                     "tokens_per_poem": tpc * sum(map(len, eval_texts)) / len(eval_texts)})
+    return rows
