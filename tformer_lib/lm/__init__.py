@@ -1,7 +1,23 @@
-"""仅解码器语言模型（第 9–10 章）：配置、模型、K/V 缓存、生成、训练与随书检查点。"""
+"""仅解码器语言模型（第 9–10 章）：配置、模型、K/V 缓存、生成、训练、质量度量与随书检查点。
+
+层次（只向下依赖）：config → cache → model（由 MultiHeadAttention、FFN、ResidualNorm 搭成）→ generate →
+data / quality → training → pretrained → cli。
+"""
 
 from .cache import LMCache
 from .config import LMConfig
 from .model import DecoderOnlyBlock, DecoderOnlyLM, make_lm
 from .generate import filter_top_k, filter_top_p, generate, next_token_distribution
 from .reference import TorchEncoderLM, torch_twin
+from .data import FORM_CODES, loss_targets, pack_documents, pad_documents, poem_document, poem_prompt
+from .quality import (
+    BigramLM,
+    evaluate_poem_model,
+    form_accuracy,
+    lm_perplexity,
+    poem_form,
+    sample_poems,
+    verbatim_line_rate,
+)
+from .training import LMTrainer, WarmupCosine, load_lm, make_adamw, save_lm_checkpoint
+from .pretrained import POEM_RECIPE, load_poem_model, poem_data, train_poem_model

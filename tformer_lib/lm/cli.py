@@ -1,0 +1,153 @@
+"""语言模型的命令行子命令：``python -m tformer_lib lm-train …`` 与 ``lm-generate …``。
+
+例子::
+
+    python -m tformer_lib --threads 1 lm-train --out poem.pt            # 按随书配方从头训练
+    python -m tformer_lib lm-train --out poem.pt --steps 200 --save-every 100   # 先训 200 步
+    python -m tformer_lib lm-train --out poem.pt --resume poem.pt        # 从检查点精确续训
+    python -m tformer_lib lm-generate --form 五言绝句 --title 春晓 -n 3 --seed 1
+    python -m tformer_lib lm-generate --checkpoint poem.pt --form 七绝 --first 月
+
+由 :mod:`tformer_lib.cli` 的一个挂钩（:func:`register_lm_commands`）注册。
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["register_lm_commands"]
+
+_SHORT_FORMS = {"五绝": "五言绝句", "七绝": "七言绝句", "五律": "五言律诗", "七律": "七言律诗"}
+
+
+def register_lm_commands(sub) -> None:
+    """往 ``python -m tformer_lib`` 的子命令表里加 ``lm-train`` 与 ``lm-generate``。"""
+    sub.metavar = sub.metavar[:-1] + ",lm-train,lm-generate}" if sub.metavar else None
+    t = sub.add_parser("lm-train", help="训练唐诗字符级语言模型（第 9 章）",
+                       description="按随书配方（tformer_lib.lm.pretrained.POEM_RECIPE）在唐诗上训练语言模型，"
+                                   "定期评估验证困惑度，原子地保存可续训的检查点。")
+    t.add_argument("--out", required=True, help="检查点输出路径，如 poem.pt")
+    t.add_argument("--resume", default=None, help="从这个检查点（需含训练器状态）精确续训")
+    t.add_argument("--steps", type=int, default=None, help="本次最多训多少步（默认训完整个调度）")
+    t.add_argument("--total-steps", type=int, default=None, help="学习率调度的总步数（默认按配方）")
+    t.add_argument("--save-every", type=int, default=None, help="每隔多少步保存一次检查点")
+    t.add_argument("--seed", type=int, default=None, help="随机种子（默认按配方）")
+    for flag, choices in (("--positional", ["learned", "sinusoidal", "rope", "none"]), ("--norm", ["layer", "rms"]),
+                          ("--activation", ["relu", "gelu", "swiglu"])):
+        t.add_argument(flag, choices=choices, default=None, help="替换配方里的这一项")
+    t.add_argument("--n-kv-heads", type=int, default=None, help="K/V 头数（GQA；1 = MQA）")
+    t.add_argument("--post-ln", action="store_true", help="用后置归一化 post-LN（默认 pre-LN）")
+    t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="显示进度条（默认只在终端里显示）")
+    t.add_argument("--quiet", action="store_true", help="不打印评估结果")
+    t.set_defaults(run=_cmd_lm_train)
+
+    g = sub.add_parser("lm-generate", help="用语言模型作诗",
+                       description="按体裁与题目（或首字）作诗；不给 --checkpoint 时用随书附带的模型。")
+    g.add_argument("--checkpoint", default=None, help="检查点路径（默认：随书模型）")
+    g.add_argument("--form", default="五言绝句", help="体裁：五言绝句/七言绝句/五言律诗/七言律诗（或五绝、七律等简称）")
+    g.add_argument("--title", default="", help="题目（可省略）")
+    g.add_argument("--first", default="", help="首字（可省略）")
+    g.add_argument("-n", "--num", type=int, default=1, help="作几首")
+    g.add_argument("--temperature", type=float, default=0.8)
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(run=_cmd_lm_generate)
+
+
+def _positive(name: str, value) -> None:
+    from ..cli import CLIError
+
+    if value is not None and value < 1:
+        raise CLIError(f"{name} 应为正整数，收到 {value}")
+
+
+def _cmd_lm_train(args) -> int:
+    from ..cli import CLIError
+    from ..seed import set_seed
+    from .model import make_lm
+    from .pretrained import POEM_RECIPE, poem_data, poem_model_config
+    from .training import LMTrainer, load_lm, save_lm_checkpoint
+
+    for name in ("--steps", "--total-steps", "--save-every", "--n-kv-heads"):
+        _positive(name, getattr(args, name[2:].replace("-", "_")))
+    out = Path(args.out)
+    if out.is_dir():
+        raise CLIError(f"--out {args.out!r} 是目录；请给一个文件路径，如 {out / 'poem.pt'}")
+    recipe = {**POEM_RECIPE, "model": dict(POEM_RECIPE["model"])}
+    if args.resume:
+        model, tokenizer, ckpt = load_lm(args.resume)
+        if not ckpt.get("trainer"):
+            raise CLIError(f"检查点 {args.resume!r} 没有训练器状态，无法续训（随书模型只存了权重）")
+        recipe = ckpt["extra"]["recipe"]
+    else:
+        overrides = {k: v for k, v in (("positional", args.positional), ("norm", args.norm),
+                                       ("activation", args.activation), ("n_kv_heads", args.n_kv_heads)) if v is not None}
+        if args.post_ln:
+            overrides["norm_first"] = False
+        recipe["model"].update(overrides)
+        if args.total_steps is not None:
+            recipe["total_steps"] = args.total_steps
+        if args.seed is not None:
+            recipe["seed"] = args.seed
+    data = poem_data(recipe)
+    if not args.resume:
+        tokenizer = data["tokenizer"]
+        set_seed(recipe["seed"])
+        model = make_lm(poem_model_config(tokenizer.vocab_size, recipe))
+    trainer = LMTrainer(
+        model, data["train_blocks"], data["valid"], batch_size=recipe["batch_size"], lr=recipe["lr"],
+        warmup=recipe["warmup"], total_steps=recipe["total_steps"], min_lr_ratio=recipe["min_lr_ratio"],
+        weight_decay=recipe["weight_decay"], clip=recipe["clip"], seed=recipe["seed"],
+        eval_every=recipe["eval_every"], progress=args.progress, verbose=not args.quiet,
+    )
+    if args.resume:
+        trainer.load_state_dict(ckpt["trainer"])  # 含随机数状态：续训与一口气训完逐位相同
+    end = recipe["total_steps"] if args.steps is None else min(recipe["total_steps"], trainer.step + args.steps)
+
+    def save():
+        return save_lm_checkpoint(out, model, tokenizer, trainer=trainer, extra={"recipe": recipe})
+
+    chunk = args.save_every or max(1, end - trainer.step)
+    path = None
+    while trainer.step < end:
+        trainer.fit(min(chunk, end - trainer.step))
+        path = save()
+    if path is None:
+        path = save()
+    ppl = trainer.history["evals"][-1]["valid_ppl"] if trainer.history["evals"] else float("nan")
+    print(f"saved {path}  (step {trainer.step}/{recipe['total_steps']}, valid ppl {ppl:.1f})")
+    return 0
+
+
+def _cmd_lm_generate(args) -> int:
+    from ..cli import CLIError
+    from ..data.poems import FORMS
+    from .pretrained import load_poem_model
+    from .quality import poem_lines, sample_poems
+    from .training import load_lm
+
+    form = _SHORT_FORMS.get(args.form, args.form)
+    if form not in FORMS.values():
+        raise CLIError(f"--form {args.form!r} 不是支持的体裁；可选：{', '.join(FORMS.values())}（或 {', '.join(_SHORT_FORMS)}）")
+    if len(args.first) > 1:
+        raise CLIError(f"--first 应是一个字，收到 {args.first!r}")
+    _positive("--num", args.num)
+    model, tokenizer, _ = load_lm(args.checkpoint) if args.checkpoint else load_poem_model()
+    if tokenizer is None:
+        raise CLIError(f"检查点 {args.checkpoint!r} 没有保存分词器，无法作诗")
+    prompts = [(form, args.title, args.first)] * args.num
+    texts = sample_poems(model, tokenizer, prompts, temperature=args.temperature, top_k=args.top_k,
+                         top_p=args.top_p, seed=args.seed)
+    for i, text in enumerate(texts):
+        if i:
+            print()
+        lines = poem_lines(text)
+        if lines is None:
+            print(text)
+        else:
+            print("\n".join(lines[j] + "，" + lines[j + 1] + "。" if j + 1 < len(lines) else lines[j]
+                            for j in range(0, len(lines), 2)))
+    return 0

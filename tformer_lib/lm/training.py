@@ -1,0 +1,260 @@
+"""在词元流上训练语言模型：定长块、AdamW、预热 + 余弦衰减、梯度裁剪、验证困惑度、可精确续训的检查点。
+
+一个训练步（step）：
+
+1. 取一批块 ``(B, L+1)``，右移一位得到输入与目标（:func:`~tformer_lib.lm.data.loss_targets`）；
+2. 交叉熵（PAD 目标不计），反向传播；
+3. 梯度裁剪（clipping）→ AdamW 更新 → 学习率调度器走一步。
+
+可复现：第 s 步用哪些块只由 ``seed`` 与 s 决定；随机数状态随检查点保存，所以
+“训 2n 步”与“训 n 步 → 存盘 → 读盘再训 n 步”的每一步损失逐位相同（测试保证）。
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..specials import PAD
+from ..training.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, CheckpointError, atomic_torch_save, load_checkpoint
+from ..training.trainer import TrainingDivergedError
+from .config import LMConfig
+from .data import loss_targets
+from .model import DecoderOnlyLM, make_lm
+from .quality import lm_perplexity
+
+__all__ = ["WarmupCosine", "make_adamw", "LMTrainer", "save_lm_checkpoint", "load_lm"]
+
+
+class WarmupCosine:
+    r"""学习率倍率：前 ``warmup`` 步从 1/warmup 线性升到 1，之后按余弦降到 ``min_ratio``，在 ``total_steps`` 处到底。
+
+    .. math:: m(s) = r + (1 - r)\cdot\tfrac12\left(1 + \cos\left(\pi\,\tfrac{s - w}{S - w}\right)\right),\ s \ge w
+
+    写成类而不是闭包，调度器的 ``state_dict()`` 才只含普通数字，能被 ``torch.load(weights_only=True)`` 读回。
+    """
+
+    def __init__(self, warmup: int, total_steps: int, min_ratio: float = 0.1):
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+            raise ValueError(f"warmup 应为正整数，收到 {warmup!r}")
+        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < warmup:
+            raise ValueError(f"total_steps 应是 ≥ warmup={warmup} 的整数，收到 {total_steps!r}")
+        if not 0 <= min_ratio <= 1:
+            raise ValueError(f"min_ratio 应在 [0, 1] 内，收到 {min_ratio!r}")
+        self.warmup, self.total_steps, self.min_ratio = warmup, total_steps, float(min_ratio)
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        progress = min(1.0, (step - self.warmup) / max(1, self.total_steps - self.warmup))
+        return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def make_adamw(model: nn.Module, lr: float, weight_decay: float = 0.1, betas=(0.9, 0.95)) -> torch.optim.AdamW:
+    """AdamW：矩阵（含嵌入）做权重衰减（weight decay），偏置与归一化的 γ/β 不做。"""
+    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr 应为正的有限数，收到 {lr!r}")
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    other = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": other, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+class LMTrainer:
+    """按步数训练语言模型，每 ``eval_every`` 步在验证数据上评估一次。
+
+    train_blocks: ``(N, L+1)`` 的定长块（:func:`~tformer_lib.lm.data.pack_documents`）。
+    valid: ``(inputs, targets)``，各 ``(M, L)``；``None`` 不评估。
+    total_steps: 学习率调度的总长度；:meth:`fit` 默认训到这一步。
+    progress: 进度条；``None`` = 只在终端（tty）里显示，笔记本与 CI 中关闭。
+    ``history``：``step_loss``/``step_lr`` 每步一个数，``evals`` 是每次评估的字典（step、valid_loss、valid_ppl）。
+    """
+
+    def __init__(
+        self,
+        model: DecoderOnlyLM,
+        train_blocks: torch.Tensor,
+        valid: tuple[torch.Tensor, torch.Tensor] | None = None,
+        *,
+        batch_size: int = 32,
+        lr: float = 3e-3,
+        warmup: int = 100,
+        total_steps: int = 1000,
+        min_lr_ratio: float = 0.1,
+        weight_decay: float = 0.1,
+        clip: float | None = 1.0,
+        seed: int = 0,
+        eval_every: int = 200,
+        progress: bool | None = None,
+        verbose: bool = False,
+    ):
+        if not isinstance(model, DecoderOnlyLM):
+            raise TypeError(f"model 应是 make_lm(config) 得到的 DecoderOnlyLM，收到 {type(model).__name__}")
+        if not isinstance(train_blocks, torch.Tensor) or train_blocks.dim() != 2 or train_blocks.shape[1] < 2:
+            raise ValueError(f"train_blocks 应是 (N, L+1) 的 LongTensor、L ≥ 1，收到 {getattr(train_blocks, 'shape', train_blocks)}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(train_blocks):
+            raise ValueError(f"batch_size 应是 [1, {len(train_blocks)}] 内的整数，收到 {batch_size!r}")
+        self.model, self.train_blocks, self.valid = model, train_blocks, valid
+        self.batch_size, self.clip, self.seed = batch_size, clip, seed
+        self.eval_every, self.progress, self.verbose = eval_every, progress, verbose
+        self.total_steps = total_steps
+        self.optimizer = make_adamw(model, lr, weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, WarmupCosine(warmup, total_steps, min_lr_ratio))
+        self.step = 0
+        self.history: dict[str, list] = {"step_loss": [], "step_lr": [], "evals": []}
+        self.seconds = 0.0  # 训练的墙钟耗时（每次运行都不同，别打印进笔记本）
+        self.cpu_seconds = 0.0  # 本进程的 CPU 时间：单线程时约等于“机器空闲时”的墙钟耗时
+        self.tokens_seen = 0
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.train_blocks) // self.batch_size
+
+    def batch(self, step: int) -> torch.Tensor:
+        """第 ``step`` 步（从 0 数）的那一批块：每个 epoch 按 ``seed`` 与 epoch 编号重新打乱，丢掉不满一批的尾巴。"""
+        epoch, k = divmod(step, self.batches_per_epoch)
+        order = torch.randperm(len(self.train_blocks), generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
+        return self.train_blocks[order[k * self.batch_size : (k + 1) * self.batch_size]]
+
+    def train_step(self) -> float:
+        """一个训练步，返回这一步的损失。"""
+        self.model.train()
+        device = next(self.model.parameters()).device
+        inputs, targets = loss_targets(self.batch(self.step).to(device))  # (B, L), (B, L)
+        logits = self.model(inputs)  # (B, L, V)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)
+        if not torch.isfinite(loss):
+            raise TrainingDivergedError(
+                f"第 {self.step + 1} 步的损失变成了 {loss.item()}（学习率 {self.scheduler.get_last_lr()[0]:.3g}）。"
+                "可以尝试：调小 lr、加大 warmup，或设置 clip（如 1.0）。"
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.clip is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.history["step_lr"].append(self.scheduler.get_last_lr()[0])
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        self.tokens_seen += int((targets != PAD).sum())
+        value = float(loss.detach())
+        self.history["step_loss"].append(value)
+        return value
+
+    def evaluate(self) -> dict:
+        """验证集上的平均交叉熵与困惑度（perplexity）。"""
+        loss, ppl = lm_perplexity(self.model, *self.valid)
+        return {"step": self.step, "valid_loss": loss, "valid_ppl": ppl}
+
+    def fit(self, steps: int | None = None, callback=None) -> dict:
+        """再训 ``steps`` 步（默认训到 ``total_steps``）；每 ``eval_every`` 步与最后一步评估。返回最后一次评估。
+
+        ``callback(trainer, info)`` 在每次评估后调用（笔记本可用它实时画曲线）。
+        """
+        from tqdm.auto import tqdm
+
+        end = self.total_steps if steps is None else self.step + steps
+        show = sys.stderr.isatty() if self.progress is None else bool(self.progress)
+        bar = tqdm(total=end - self.step, disable=not show, leave=False, desc="lm-train")
+        info: dict = {}
+        start, cpu_start = time.perf_counter(), time.process_time()
+        try:
+            while self.step < end:
+                loss = self.train_step()
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}")
+                if self.valid is not None and (self.step % self.eval_every == 0 or self.step == end):
+                    self.seconds += time.perf_counter() - start
+                    self.cpu_seconds += time.process_time() - cpu_start
+                    info = self.evaluate()
+                    start, cpu_start = time.perf_counter(), time.process_time()
+                    self.history["evals"].append(info)
+                    if self.verbose:
+                        print(f"step {info['step']}: train loss {loss:.3f}, valid loss {info['valid_loss']:.3f}, "
+                              f"valid ppl {info['valid_ppl']:.1f}")
+                    if callback is not None:
+                        callback(self, info)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.cpu_seconds += time.process_time() - cpu_start
+            bar.close()
+        return info
+
+    def state_dict(self) -> dict:
+        """续训所需的一切（不含模型权重）：优化器、调度器、步数、历史、随机数状态。"""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "total_steps": self.total_steps,
+            "history": {k: list(v) for k, v in self.history.items()},
+            "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
+            "tokens_seen": self.tokens_seen,
+            "rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in ("seed", "batch_size", "total_steps"):
+            if state[key] != getattr(self, key):
+                raise ValueError(f"检查点里的 {key}={state[key]!r} 与这个训练器的 {getattr(self, key)!r} 不同，无法精确续训")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        self.history = {k: list(v) for k, v in state["history"].items()}
+        self.seconds, self.tokens_seen = float(state["seconds"]), int(state["tokens_seen"])
+        self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
+        torch.set_rng_state(state["rng"])
+
+
+def save_lm_checkpoint(
+    path: str | os.PathLike, model: DecoderOnlyLM, tokenizer=None, trainer: LMTrainer | None = None,
+    extra: dict | None = None, half: bool = False,
+) -> Path:
+    """原子地保存语言模型检查点（与编码器–解码器的检查点同一格式标记，另加 ``kind="lm"``）。
+
+    ``trainer`` 给出时连同优化器等一起保存，可续训；``half=True`` 把权重存成 float16（随书检查点用它减半体积，
+    读回时还原为 float32）。
+    """
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"model 应是 DecoderOnlyLM，收到 {type(model).__name__}")
+    state = model.state_dict()
+    if half:
+        state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "kind": "lm",
+        "torch_version": str(torch.__version__),
+        "config": model.config.to_dict(),
+        "model": state,
+        "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
+        "trainer": trainer.state_dict() if trainer is not None else None,
+        "extra": dict(extra) if extra else {},
+    }
+    return atomic_torch_save(payload, path)
+
+
+def load_lm(path_or_checkpoint, map_location: str | torch.device = "cpu"):
+    """由检查点重建 ``(model, tokenizer, checkpoint)``；模型为 float32、eval 模式。"""
+    from ..text import CharTokenizer
+
+    ckpt = path_or_checkpoint if isinstance(path_or_checkpoint, dict) else load_checkpoint(path_or_checkpoint, map_location)
+    if ckpt.get("kind") != "lm":
+        raise CheckpointError("这个检查点不是语言模型（缺少 kind='lm'）；编码器–解码器的检查点请用 load_model")
+    try:
+        model = make_lm(LMConfig.from_dict(ckpt["config"]))
+        model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in ckpt["model"].items()})
+    except (ValueError, TypeError, RuntimeError, KeyError) as exc:
+        raise CheckpointError(f"检查点里的配置或权重与本库的语言模型不匹配：{exc}") from exc
+    tokenizer = CharTokenizer.from_dict(ckpt["tokenizer"]) if ckpt.get("tokenizer") else None
+    return model.eval(), tokenizer, ckpt
