@@ -35,7 +35,7 @@ _COLORS = {
 }
 _EDGE = "#444444"
 _SHAPE_COLOR = "#1f5a99"  # 箭头上的形状标注
-_RESID_COLOR = "#b03a2e"  # 残差支路
+_RESID_COLOR = "#b03a2e"  # 残差连接
 _MONO = "DejaVu Sans Mono"  # 代码名用等宽字体（matplotlib 自带）
 _MONO_FAMILY = [_MONO, FONT_FAMILY]  # 等宽字体里没有的汉字由随书字体补上
 
@@ -128,7 +128,7 @@ def _draw_layer(ax, x: float, y: float, sublayers: Sequence[_Sub], norm_first: b
                 resid_side: str, prefix: str = "", shape: str | None = None, notes: bool = True) -> tuple[float, dict[str, tuple[float, float]]]:
     """从 ``y`` 向上画一个层的全部子层；返回 (最后一个元素的上沿, {子层属性名: (方框中心 y, 方框下沿 y)})。
 
-    post-LN：子层 → ⊕（加回残差）→ LayerNorm；pre-LN：LayerNorm → 子层 → ⊕。残差支路从每组的入口分出，
+    post-LN：子层 → ⊕（加回残差）→ LayerNorm；pre-LN：LayerNorm → 子层 → ⊕。残差连接从每组的入口分出，
     画在 ``resid_side`` 一侧，直接连到 ⊕。
     """
     side = 1.0 if resid_side == "right" else -1.0
@@ -137,13 +137,13 @@ def _draw_layer(ax, x: float, y: float, sublayers: Sequence[_Sub], norm_first: b
     top = y
     for k, sub in enumerate(sublayers):
         order = ("norm", "sub", "add") if norm_first else ("sub", "add", "norm")
-        entry = top + _GAP * 0.45  # 残差支路的分叉点
+        entry = top + _GAP * 0.45  # 残差连接的分叉点
         ax.add_patch(Circle((x, entry), 0.045, color=_RESID_COLOR, zorder=5))
         cursor = top
         for kind in order:
             if kind == "add":
                 lo, hi = _add(ax, x, cursor + _GAP + _ADD_R)
-                # 残差支路：分叉点 → 侧边 → ⊕
+                # 残差连接：分叉点 → 侧边 → ⊕
                 _arrow(ax, [(x, entry), (bypass_x, entry), (bypass_x, (lo + hi) / 2), (x + side * _ADD_R, (lo + hi) / 2)],
                        color=_RESID_COLOR, lw=1.3)
             elif kind == "norm":
@@ -182,7 +182,7 @@ def plot_layer_norm_placement(layer: str = "encoder", *, title: str | None = Non
     - pre-LN：``x = x + Dropout(子层(LayerNorm(x)))``——只归一化子层的输入，输入到输出有一条只经过加法的直通路径，
       所以栈的末尾还要补一个 LayerNorm（``Encoder.norm``/``Decoder.norm``）。
 
-    红色折线是残差支路（residual path）。返回 ``matplotlib.figure.Figure``。
+    红色折线是残差连接（residual connection）。返回 ``matplotlib.figure.Figure``。
     """
     if layer not in ("encoder", "decoder"):
         raise ValueError(f"layer 应为 'encoder' 或 'decoder'，收到 {layer!r}")
@@ -309,7 +309,7 @@ def plot_transformer_architecture(config: Any = None, *, norm_first: bool | None
 
     _finish(ax, (xe - 3.4, xd + 3.1), (-0.4, hi2 + 1.0))
     ax.set_title(title or f"Transformer 的编码器–解码器（论文图 1，用本书库的模块名）\n{head}；{ln}", fontsize=11.5)
-    ax.text(xe, hi2 + 0.3, "B 批大小，S 原文长度，\nT 译文前缀长度，V 词表大小；\n红线是残差支路",
+    ax.text(xe, hi2 + 0.3, "B 批大小，S 原文长度，\nT 译文前缀长度，V 词表大小；\n红线是残差连接",
             ha="center", va="center", fontsize=9, color="#555555")
     return fig
 
