@@ -3,7 +3,7 @@
 契约（每章的检查器作者照这个写 ``tests/checkers/chNN.py``）
 ================================================================
 
-``tests/checkers/chNN.py``（NN = 章号，两位数）定义模块级变量 ``CASES``：一个
+``tests/checkers/chNN.py``（NN = 章号，两位数；几章共用的经典检查器放在 ``classic.py``）定义模块级变量 ``CASES``：一个
 :class:`checkers.Case` 列表，每个检查器一项::
 
     from checkers import Case, Wrong
@@ -77,7 +77,9 @@ from checkers import Case, Wrong  # noqa: E402
 def _load_case_modules() -> list[tuple[str, object]]:
     """[(模块名, 模块或导入时的异常)]。"""
     out = []
-    for path in sorted((Path(__file__).parent / "checkers").glob("ch*.py")):
+    for path in sorted((Path(__file__).parent / "checkers").glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
         name = f"checkers.{path.stem}"
         try:
             out.append((path.stem, importlib.import_module(name)))

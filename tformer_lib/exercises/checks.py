@@ -16,6 +16,7 @@ from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,
     Variant,
+    as_number,
     as_tensor,
     compare,
     draw_int,
@@ -193,8 +194,10 @@ def check_causal_mask(fn: Callable[[int], Any], *, verbose: bool = True) -> Chec
     认得的错误：排除了对角线（差一，off by one）；上三角（方向反了）；极性反了；不是布尔类型；形状不对。
     """
 
+    sizes = [4, 6, 1] + [draw_int(g, 2, 12) for g in random_cases(3, seed=42)]
+
     def values(f):
-        for n in (4, 6, 1):
+        for n in sizes:
             out = f(n)
             ref = torch.ones(n, n, dtype=torch.bool).tril()
             if isinstance(out, torch.Tensor) and out.dtype != torch.bool:
@@ -212,7 +215,7 @@ def check_causal_mask(fn: Callable[[int], Any], *, verbose: bool = True) -> Chec
                         torch.ones(n, n, dtype=torch.bool).triu()),
             ])
 
-    return run_checks("因果掩码", fn, [("n = 4, 6, 1 的下三角布尔矩阵", values)], verbose=verbose)
+    return run_checks("因果掩码", fn, [(f"n = {sizes} 的下三角布尔矩阵", values)], verbose=verbose)
 
 
 def check_padding_mask(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
@@ -221,11 +224,22 @@ def check_padding_mask(fn: Callable[..., Any], *, verbose: bool = True) -> Check
     认得的错误：极性反了；形状是 ``(B, T)``（不能广播到 ``(B, h, T_q, T_k)``）或把键维放错了位置；
     忽略了 ``pad_id`` 参数（写死 0）；不是布尔类型。
     """
-    tokens = torch.tensor([[5, 6, 7, 9], [8, 9, 9, 9]])
+    batches = [(torch.tensor([[5, 6, 7, 9], [8, 9, 9, 9]]), 9)]
+    for g in random_cases(3, seed=43):  # 随机的批大小、长度与填充 id：写死的掩码通不过
+        B, T, pad = draw_int(g, 1, 4), draw_int(g, 2, 7), draw_int(g, 1, 9)
+        toks = torch.randint(0, 10, (B, T), generator=g)
+        toks[toks == pad] = (pad + 1) % 10  # 真实词元里不出现 pad
+        for b in range(B):
+            toks[b, draw_int(g, 1, T):] = pad  # 每句右侧随机补齐
+        batches.append((toks, pad))
 
     def values(f):
-        out = f(tokens, 9)
-        ref = (tokens != 9)[:, None, None, :]
+        for tokens, pad in batches:
+            one_batch(f, tokens, pad)
+
+    def one_batch(f, tokens, pad):
+        out = f(tokens.clone(), pad)
+        ref = (tokens != pad)[:, None, None, :]
         if isinstance(out, torch.Tensor) and out.dtype != torch.bool:
             raise Mistake(f"掩码应是布尔张量（torch.bool），你的是 {out.dtype}；直接用比较 tokens != pad_id 就得到布尔值",
                           key="dtype")
@@ -233,12 +247,12 @@ def check_padding_mask(fn: Callable[..., Any], *, verbose: bool = True) -> Check
             Variant("polarity", "极性反了：全书约定 True = 可以关注，填充位置应为 False（tokens != pad_id）",
                     ~ref),
             Variant("shape_2d", "形状应为 (B, 1, 1, T)：(B, T) 不能直接广播到分数的 (B, h, T_q, T_k)，"
-                    "用 [:, None, None, :] 插入头和查询两个维度", tokens != 9),
+                    "用 [:, None, None, :] 插入头和查询两个维度", tokens != pad),
             Variant("shape_query_axis", "维度放错了位置：填充掩码屏蔽的是键（key），也就是分数的最后一维（列），"
-                    "形状应为 (B, 1, 1, T_k) 而不是 (B, 1, T, 1)", (tokens != 9)[:, None, :, None]),
+                    "形状应为 (B, 1, 1, T_k) 而不是 (B, 1, T, 1)", (tokens != pad)[:, None, :, None]),
             Variant("shape_3d", "形状应为 (B, 1, 1, T)：(B, 1, T) 会和头这一维错位，再插入一个维度",
-                    (tokens != 9)[:, None, :]),
-            Variant("pad_id_ignored", "忽略了 pad_id 参数：这里的填充 id 是 9，不要写死 0 或 PAD",
+                    (tokens != pad)[:, None, :]),
+            Variant("pad_id_ignored", f"忽略了 pad_id 参数：这里的填充 id 是 {pad}，不要写死 0 或 PAD",
                     (tokens != 0)[:, None, None, :]),
         ])
 
@@ -253,7 +267,7 @@ def check_padding_mask(fn: Callable[..., Any], *, verbose: bool = True) -> Check
             raise Mistake(f"掩码不能广播到分数形状 (B, h, T_q, T_k)：{exc}", key="shape") from exc
 
     return run_checks("填充掩码", fn, [
-        ("布尔、(B, 1, 1, T)、pad_id 处为 False", values),
+        ("几组随机批次：布尔、(B, 1, 1, T)、pad_id 处为 False", values),
         ("能广播到 (B, h, T_q, T_k)", broadcasts),
     ], verbose=verbose)
 
@@ -344,9 +358,11 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], Any], *, verbose: bool =
         ])
 
     def other_sizes(f):
-        y = randn(1, 5, 12, seed=31)
-        compare(f(y, 3), y.view(1, 5, 3, 4).transpose(1, 2), what="(1, 5, 12)、h=3 时的结果",
-                default_hint="形状要从输入推出来（B, T, d_model = x.shape；d_k = d_model // n_heads），不要写死数字")
+        for g in random_cases(3, seed=44):
+            b, t, hh, dk = draw_int(g, 1, 3), draw_int(g, 1, 6), draw_int(g, 1, 4), draw_int(g, 1, 5)
+            y = randn(b, t, hh * dk, generator=g)
+            compare(f(y.clone(), hh), y.view(b, t, hh, dk).transpose(1, 2), what=f"{tuple(y.shape)}、h={hh} 时的结果",
+                    default_hint="形状要从输入推出来（B, T, d_model = x.shape；d_k = d_model // n_heads），不要写死数字")
 
     return run_checks("拆分多头", fn, [("(2, 3, 8) 拆成 2 个头", values), ("其他形状", other_sizes)], verbose=verbose)
 
@@ -368,7 +384,15 @@ def check_merge_heads(fn: Callable[[torch.Tensor], Any], *, verbose: bool = True
                     "先把头维换回第 2 维：x.transpose(1, 2).contiguous().view(B, T, h * d_k)", x.reshape(B, T, h * d_k)),
         ])
 
-    return run_checks("合并多头", fn, [("(2, 2, 3, 4) 合并成 (2, 3, 8)", values)], verbose=verbose)
+    def other_sizes(f):
+        for g in random_cases(3, seed=45):
+            b, hh, t, dk = draw_int(g, 1, 3), draw_int(g, 1, 4), draw_int(g, 1, 6), draw_int(g, 1, 5)
+            y = randn(b, hh, t, dk, generator=g)
+            compare(f(y.clone()), y.transpose(1, 2).reshape(b, t, hh * dk), what=f"{tuple(y.shape)} 合并的结果",
+                    default_hint="形状要从输入推出来（B, h, T, d_k = x.shape），不要写死数字")
+
+    return run_checks("合并多头", fn, [("(2, 2, 3, 4) 合并成 (2, 3, 8)", values), ("随机的其他形状", other_sizes)],
+                      verbose=verbose)
 
 
 # ------------------------------------------------------------------ training: learning-rate schedule, label smoothing
@@ -386,15 +410,13 @@ def check_lr_schedule(fn: Callable[[int, int, int], Any], *, verbose: bool = Tru
     认得的错误：min 写成 max；预热段的指数不是 −1.5；漏了 d_model^−0.5；峰值不在 step = warmup。
     """
     cases = [(1, 512, 4000), (100, 512, 4000), (4000, 512, 4000), (20000, 512, 4000), (50, 64, 100), (400, 64, 100)]
+    for g in random_cases(4, seed=46):
+        warm = draw_int(g, 10, 5000)
+        cases.append((draw_int(g, 1, 3 * warm), 2 * draw_int(g, 4, 512), warm))
 
     def values(f):
-        got = []
-        for step, d_model, warmup in cases:
-            v = f(step, d_model, warmup)
-            try:
-                got.append(float(v))
-            except (TypeError, ValueError):
-                raise Mistake(f"应返回一个数（float），你返回的是 {type(v).__name__}", key="type") from None
+        got = [as_number(f(step, d_model, warmup), f"step={step}, d_model={d_model}, warmup={warmup} 时的学习率")
+               for step, d_model, warmup in cases]
         got_t = torch.tensor(got, dtype=torch.float64)
 
         def col(**kw):
@@ -427,29 +449,37 @@ def check_label_smoothing(fn: Callable[[torch.Tensor, int, float], Any], *, verb
     认得的错误：只把 ε 分给其余 V−1 个类（另一种约定，与本书不同）；正确类只有 1−ε 而其余 ε/V（和不为 1）；
     正确类与其余类弄反了；形状不对。
     """
-    target = torch.tensor([2, 0, 4])
-    V, eps = 5, 0.1
+    cases = [(torch.tensor([2, 0, 4]), 5, 0.1)]
+    for g in random_cases(3, seed=47):  # 词表比目标里最大的 id 大得多：不能从 target 推出 V
+        V = draw_int(g, 6, 30)
+        target = torch.randint(0, V // 2, (draw_int(g, 1, 6),), generator=g)
+        cases.append((target, V, round(0.05 + 0.4 * float(torch.rand((), generator=g)), 3)))
 
-    def make(true_val, other_val):
-        d = torch.full((3, V), other_val, dtype=torch.float64)
-        d[torch.arange(3), target] = true_val
+    def make(target, V, true_val, other_val):
+        d = torch.full((len(target), V), other_val, dtype=torch.float64)  # (N, V)
+        d[torch.arange(len(target)), target] = true_val
         return d
 
     def values(f):
-        out = f(target.clone(), V, eps)
-        compare(out, make(1 - eps + eps / V, eps / V), what="目标分布", variants=[
-            Variant("spread_over_others", "你把 ε 只分给了其余 V−1 个类（正确类 1−ε，其余 ε/(V−1)）——这是另一种常见约定；"
-                    "本书与 F.cross_entropy(label_smoothing=ε) 一致：ε 平均分给全部 V 个类，正确类得 1−ε+ε/V",
-                    make(1 - eps, eps / (V - 1))),
-            Variant("rows_do_not_sum_to_one", "每行加起来不等于 1：正确类应得 1−ε+ε/V（它自己也分到一份 ε/V），"
-                    "不是 1−ε", make(1 - eps, eps / V)),
-            Variant("swapped", "弄反了：正确类应得到大部分概率（1−ε+ε/V），其余类各得 ε/V",
-                    make(eps / V, 1 - eps + eps / V)),
-        ])
+        for target, V, eps in cases:
+            out = f(target.clone(), V, eps)
+            what = f"V={V}、ε={eps} 时的目标分布"
+            expect_shape(out, (len(target), V), what, hint=f"{what}的形状应为 (N, V) = {(len(target), V)}："
+                         "列数是参数 vocab_size，不要从 target 里推")
+            compare(out, make(target, V, 1 - eps + eps / V, eps / V), what=what, variants=[
+                Variant("spread_over_others", "你把 ε 只分给了其余 V−1 个类（正确类 1−ε，其余 ε/(V−1)）——这是另一种常见约定；"
+                        "本书与 F.cross_entropy(label_smoothing=ε) 一致：ε 平均分给全部 V 个类，正确类得 1−ε+ε/V",
+                        make(target, V, 1 - eps, eps / (V - 1))),
+                Variant("rows_do_not_sum_to_one", "每行加起来不等于 1：正确类应得 1−ε+ε/V（它自己也分到一份 ε/V），"
+                        "不是 1−ε", make(target, V, 1 - eps, eps / V)),
+                Variant("swapped", "弄反了：正确类应得到大部分概率（1−ε+ε/V），其余类各得 ε/V",
+                        make(target, V, eps / V, 1 - eps + eps / V)),
+            ])
 
     def zero_smoothing(f):
+        target, V, _ = cases[-1]
         out = f(target.clone(), V, 0.0)
-        compare(out, make(1.0, 0.0), what="ε = 0 时的目标分布", default_hint="ε = 0 时应退化为 one-hot 分布")
+        compare(out, make(target, V, 1.0, 0.0), what="ε = 0 时的目标分布", default_hint="ε = 0 时应退化为 one-hot 分布")
 
-    return run_checks("标签平滑目标分布", fn, [("ε = 0.1、V = 5", values), ("ε = 0 退化为 one-hot", zero_smoothing)],
+    return run_checks("标签平滑目标分布", fn, [("几组随机的 V 与 ε", values), ("ε = 0 退化为 one-hot", zero_smoothing)],
                       verbose=verbose)
