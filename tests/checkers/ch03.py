@@ -8,31 +8,27 @@ from checkers import Case, Wrong
 from tformer_lib import scaled_dot_product_attention
 from tformer_lib.exercises.ch03 import (
     buggy_attention,
-    check_attention_shapes,
     check_fixed_attention,
+    check_self_weight,
     check_softmax_backward,
     check_unit_variance_scale,
 )
 
 
-# ---- 练习 1：预测形状 ----
-def ref_shapes(B, h, T_q, T_k, d_k, d_v):
-    return (B, h, T_q, T_k), (B, h, T_q, d_v)
+# ---- 练习 1：预测“自己给自己”的权重 ----
+def ref_self_weight(T, r):
+    e = math.exp(r * r)  # x_i · x_i = r²，与别人的点积为 0（e⁰ = 1）
+    return e / (e + T - 1)
 
 
-SHAPES = Case(check_attention_shapes, ref_shapes, also_correct=[
-    lambda B, h, T_q, T_k, d_k, d_v: (torch.Size([B, h, T_q, T_k]), [B, h, T_q, torch.tensor(d_v)]),
-], wrong=[
-    Wrong("hard_coded", lambda *a: ((2, 4, 3, 7), (2, 4, 3, 8))),
-    Wrong("output_d_k", lambda B, h, T_q, T_k, d_k, d_v: ((B, h, T_q, T_k), (B, h, T_q, d_k)), key="output_shape"),
-    Wrong("weights_transposed", lambda B, h, T_q, T_k, d_k, d_v: ((B, h, T_k, T_q), (B, h, T_q, d_v)),
-          key="weights_shape"),
-    Wrong("weights_square", lambda B, h, T_q, T_k, d_k, d_v: ((B, h, T_q, T_q), (B, h, T_q, d_v)),
-          key="weights_shape"),
-    Wrong("output_rows_T_k", lambda B, h, T_q, T_k, d_k, d_v: ((B, h, T_q, T_k), (B, h, T_k, d_v)),
-          key="output_shape"),
-    Wrong("one_shape", lambda *a: (1, 2, 3, 4), key="type"),
-    Wrong("string", lambda B, h, T_q, T_k, d_k, d_v: (f"({B}, {h}, {T_q}, {T_k})", (B, h, T_q, d_v)), key="string"),
+SELF = Case(check_self_weight, ref_self_weight, returns="number", wrong=[
+    Wrong("hard_coded", lambda T, r: 0.9479),  # T = 4、r = 2 的答案
+    Wrong("forgot_square", lambda T, r: math.exp(r) / (math.exp(r) + T - 1), key="forgot_square"),
+    Wrong("uniform", lambda T, r: 1 / T, key="uniform"),
+    Wrong("denominator_T", lambda T, r: math.exp(r * r) / (math.exp(r * r) + T), key="denominator_T"),
+    Wrong("forgot_others", lambda T, r: 1.0, key="forgot_others"),
+    Wrong("score_not_weight", lambda T, r: r * r, key="score_not_weight"),
+    Wrong("other", lambda T, r: math.exp(r * r) / (math.exp(r * r) + T - 2), key="values"),
 ])
 
 
@@ -104,4 +100,4 @@ BACKWARD = Case(check_softmax_backward, ref_backward, also_correct=[_via_jacobia
           key="wrong_axis"),
 ])
 
-CASES = [SHAPES, SCALE, FIXED, BACKWARD]
+CASES = [SELF, SCALE, FIXED, BACKWARD]

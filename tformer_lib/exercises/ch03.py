@@ -1,6 +1,6 @@
 """第 3 章练习的检查器（checker）与“找错”题里那段有错的代码。
 
-- :func:`check_attention_shapes`（预测再验证）：预测注意力里权重与输出的形状；
+- :func:`check_self_weight`（预测再验证）：两两正交的向量做朴素自注意力时，“自己给自己”的权重；
 - :func:`check_unit_variance_scale`（推导并核对）：让分数方差回到 1 的缩放系数；
 - :func:`buggy_attention` + :func:`check_fixed_attention`（找错）：一处只在“方阵”上看不出来的错；
 - :func:`check_softmax_backward`（推导并核对）：不构造雅可比矩阵的 softmax 反向传播。
@@ -18,10 +18,20 @@ from typing import Any
 import torch
 
 from tformer_lib.attention import scaled_dot_product_attention
-from tformer_lib.exercises._core import CheckResult, Mistake, Variant, as_int, as_number, compare, generator, run_checks
+from tformer_lib.exercises._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_number,
+    compare,
+    compare_number,
+    generator,
+    run_checks,
+)
 
 __all__ = [
-    "check_attention_shapes",
+    "check_self_weight",
+    "self_weight_experiment",
     "check_unit_variance_scale",
     "buggy_attention",
     "check_fixed_attention",
@@ -29,79 +39,45 @@ __all__ = [
 ]
 
 
-# ---- 小工具：把读者返回的数、形状转成 Python 的 int/float ---------------------------------------------
+# ---- 练习：预测“自己给自己”的权重 -----------------------------------------------------------------------
 
 
-def _shape(value: Any, call: str) -> tuple[int, ...]:
-    """接受 tuple/list/torch.Size，元素是整数（含 NumPy 整数、0 维整数张量）。"""
-    if isinstance(value, str):
-        raise Mistake(f"{call} 里的形状写成了字符串 {value!r}：请写成整数元组，例如 (2, 3)", key="string")
-    if not isinstance(value, (tuple, list, torch.Size)):
-        raise Mistake(f"{call} 里的形状应是整数元组，例如 (2, 3)，你给的是 {type(value).__name__}", key="type")
-    dims = tuple(as_int(d, f"{call} 里形状的每一维") for d in value)
-    if any(d < 0 for d in dims):
-        raise Mistake(f"{call} 里的形状应由非负整数组成，你给的是 {dims!r}", key="type")
-    return dims
-
-
-def _sizes(seed: int, n: int = 6) -> list[tuple[int, int, int, int, int, int]]:
-    """n 组互不相同的 (B, h, T_q, T_k, d_k, d_v)：6 个数两两不同，交换任何两个都看得出来。"""
+def self_weight_experiment(T: int, r: float, d: int | None = None, seed: int = 0) -> torch.Tensor:
+    """实验：T 个两两正交、长度都是 r 的 d 维向量（随机方向），算朴素自注意力 softmax(X Xᵀ) 的对角线。"""
+    d = T + 3 if d is None else d
+    if d < T:
+        raise ValueError(f"d={d} 不能小于 T={T}：d 维空间里最多只有 d 个两两正交的向量")
     g = generator(seed)
-    out = []
-    while len(out) < n:
-        dims = tuple(int(x) for x in torch.randint(1, 40, (6,), generator=g))
-        if len(set(dims)) == 6:
-            out.append(dims)  # type: ignore[arg-type]
-    return out
+    basis, _ = torch.linalg.qr(torch.randn(d, T, generator=g, dtype=torch.float64))  # (d, T)，列两两正交、长度 1
+    X = r * basis.T  # (T, d)
+    return (X @ X.T).softmax(dim=-1).diagonal()  # (T,)
 
 
-# ---- 练习：预测注意力里的形状 -------------------------------------------------------------------------
-
-
-def check_attention_shapes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(B, h, T_q, T_k, d_k, d_v) -> (weights_shape, output_shape)``。
-
-    ``q`` 为 ``(B, h, T_q, d_k)``、``k`` 为 ``(B, h, T_k, d_k)``、``v`` 为 ``(B, h, T_k, d_v)`` 时，
-    ``scaled_dot_product_attention(q, k, v)`` 返回的权重与输出的形状；检查器在随机尺寸上用真实的调用核对。
-    """
-
-    def one(f, sizes) -> None:
-        B, h, T_q, T_k, d_k, d_v = sizes
-        call = f"predict_shapes{sizes}"
-        got = f(*sizes)
-        if not (isinstance(got, (tuple, list)) and len(got) == 2):
-            raise Mistake(f"{call} 应返回两个形状组成的二元组 (weights_shape, output_shape)", key="type")
-        w, o = _shape(got[0], call), _shape(got[1], call)
-        g = generator(sum(sizes))
-        q = torch.randn(B, h, T_q, d_k, generator=g)
-        k = torch.randn(B, h, T_k, d_k, generator=g)
-        v = torch.randn(B, h, T_k, d_v, generator=g)
-        out, weights = scaled_dot_product_attention(q, k, v)
-        want_w, want_o = tuple(weights.shape), tuple(out.shape)
-        if w != want_w:
-            if w == (B, h, T_k, T_q):
-                hint = "权重的最后两维反了：每一行是一个查询，每一列是一个键，所以是 (…, T_q, T_k)"
-            elif w == (B, h, T_q, T_q):
-                hint = "权重的列数是键的个数 T_k，不是查询的个数：这里 T_q ≠ T_k（交叉注意力就是这样）"
-            elif w in ((B, T_q, T_k), (T_q, T_k)):
-                hint = "少了批量维或头维：q @ kᵀ 只作用在最后两维，前面的 (B, h) 原样保留"
-            else:
-                hint = f"权重的形状应为 {want_w}，你预测的是 {w}"
-            raise Mistake(f"{call}：{hint}", key="weights_shape")
-        if o != want_o:
-            if o == (B, h, T_q, d_k):
-                hint = "输出的最后一维来自 V（d_v），不是 d_k：O = A V，(T_q, T_k) @ (T_k, d_v) → (T_q, d_v)"
-            elif o == (B, h, T_k, d_v):
-                hint = "输出每一行对应一个查询，行数是 T_q 而不是 T_k"
-            else:
-                hint = f"输出的形状应为 {want_o}，你预测的是 {o}"
-            raise Mistake(f"{call}：{hint}", key="output_shape")
+def check_self_weight(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(T, r) -> w``：T 个两两正交、长度都是 r 的向量做朴素自注意力 ``softmax(X Xᵀ)`` 时，
+    每个词元分给自己的权重，即 ``e^{r²} / (e^{r²} + T − 1)``；检查器用 :func:`self_weight_experiment` 核对。"""
 
     def cases(f):
-        for sizes in _sizes(3):
-            one(f, sizes)
+        g = generator(30)
+        for _ in range(8):
+            T = int(torch.randint(2, 12, (1,), generator=g))
+            r = round(float(0.3 + 2.2 * torch.rand(1, generator=g)), 2)
+            call = f"self_weight(T={T}, r={r})"
+            want = self_weight_experiment(T, r, seed=T)
+            e = math.exp(r * r)
+            compare_number(f(T, r), float(want[0]), what=f"{call} 的返回值", rtol=1e-5, atol=1e-9, variants=[
+                Variant("forgot_square", "x_i · x_i = ‖x_i‖² = r²，不是 r：长度放大 r 倍，点积放大 r² 倍",
+                        math.exp(r) / (math.exp(r) + T - 1)),
+                Variant("uniform", "不是均匀的 1/T：别的词元与它正交（点积 0），但它与自己的点积是 r²",
+                        1 / T),
+                Variant("denominator_T", "分母多算了一项：自己那一项是 e^{r²}，其余 T − 1 个词元各贡献 e⁰ = 1",
+                        e / (e + T)),
+                Variant("forgot_others", "别忘了分母里还有其余 T − 1 个词元：它们的分数是 0，但 e⁰ = 1，不是 0", 1.0),
+                Variant("score_not_weight", "这是分数 x_i · x_i，不是 softmax 之后的权重", r * r),
+            ], default_hint=f"实验中自己给自己的权重是 {float(want[0]):.6g}。提示：先写出这一行的分数"
+                            "（对自己是多少？对别人是多少？），再做 softmax")
 
-    return run_checks("预测注意力的形状", fn, [("6 组随机尺寸（T_q ≠ T_k，d_k ≠ d_v）", cases)], verbose=verbose)
+    return run_checks("预测“自己给自己”的权重", fn, [("8 组随机的 T 与 r，对照实验", cases)], verbose=verbose)
 
 
 # ---- 练习：让分数方差回到 1 的缩放系数 ----------------------------------------------------------------
