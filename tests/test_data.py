@@ -213,3 +213,21 @@ def test_batch_iterator_pads_per_batch_and_shuffles_deterministically():
         list(batch_iterator(data, 0))
     with pytest.raises(ValueError, match="源句为空"):
         make_batch([([], [4])])
+
+
+def test_spaced_unspaced_and_half_spaced_input_segment_alike():
+    """每个语料句的三种写法（全带空格、全不带、随机去掉一半空格）切出同样的词；没有词典词的段保持整段。"""
+    import random
+
+    from tformer_lib.data import make_toy_corpus, tokenize_zh
+
+    corpus = make_toy_corpus()
+    rng = random.Random(0)
+    for zh, _ in corpus.train[:1500] + corpus.valid + corpus.test:
+        words = zh.split()
+        half = "".join(w + (" " if rng.random() < 0.5 else "") for w in words)
+        assert tokenize_zh(zh) == tokenize_zh("".join(words)) == tokenize_zh(half) == words, half
+    assert tokenize_zh("狗 咬人") == tokenize_zh("狗咬人") == tokenize_zh("狗 咬 人") == ["狗", "咬", "人"]
+    assert tokenize_zh("  人工智能改变 世界 ") == ["人工智能", "改变", "世界"]
+    assert tokenize_zh("w1 w22") == ["w1", "w22"]  # 不是词典词：整段保留
+    assert tokenize_zh("狗咬人。") == ["狗", "咬", "人", "。"]

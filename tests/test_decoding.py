@@ -301,3 +301,24 @@ def test_default_length_is_capped_by_the_model_and_too_long_max_len_is_a_clear_e
     with torch.no_grad():
         model_none.generator.proj.bias[EOS] = -100.0
     assert greedy_decode(model_none, src).shape == (2, 22)
+
+
+def test_translate_reports_unknown_words():
+    from tformer_lib.decoding import UnknownTokenWarning
+
+    src_v = Vocab([f"w{i}" for i in range(16)])
+    tgt_v = Vocab([f"e{i}" for i in range(19)])
+    model = _model()
+    with pytest.warns(UnknownTokenWarning, match=r"词表外的词 \['。', 'zz'\]（2/3 句，如 'w1 。' 中的 \['。'\]）"):
+        out = translate(model, ["w1 。", "w2", "zz w3"], src_v, tgt_v, max_len=3)
+    assert len(out) == 3
+    with pytest.raises(ValueError, match=r"sentences 里有词表外的词 \['zz'\].*on_unknown='warn'"):
+        translate(model, "zz w3", src_v, tgt_v, max_len=3, on_unknown="error")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        translate(model, "zz w3", src_v, tgt_v, max_len=3, on_unknown="ignore")
+        translate(model, "w1 w3", src_v, tgt_v, max_len=3)  # 全是已知词：不警告
+    with pytest.raises(ValueError, match="on_unknown"):
+        translate(model, "w1", src_v, tgt_v, on_unknown="loud")

@@ -24,13 +24,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-from ._checks import positive_int
+from ._checks import one_of, positive_int
 from .masks import padding_mask
 from .specials import BOS, EOS, PAD
 
@@ -43,7 +44,12 @@ __all__ = [
     "decoder_step_logits",
     "sequence_log_probs",
     "forbid_special_tokens",
+    "UnknownTokenWarning",
 ]
+
+
+class UnknownTokenWarning(UserWarning):
+    """要翻译的句子里有词表外的词（未登录词），它们被当作 ``<unk>``，译文多半不可信。"""
 
 
 @contextmanager
@@ -349,16 +355,22 @@ def translate(
     generator: torch.Generator | None = None,
     batch_size: int = 256,
     tokenize=None,
+    on_unknown: str = "warn",
 ) -> str | list[str]:
     """把中文句子翻成英文字符串：``translate(model, "狗 咬 人", src_vocab, tgt_vocab)``。
 
     ``sentences`` 可以是一句（返回一句）或一个列表（返回列表）；``method`` 为
     ``"greedy"`` / ``"beam"`` / ``"sample"``。``tokenize`` 默认是玩具语料的中文分词
     （有空格按空格切，没有空格按词典最长匹配）。
+
+    词表外的词（包括“。”这类标点）只能当作 ``<unk>``，模型会把它随便译成什么。``on_unknown`` 决定怎么办：
+    ``"warn"``（默认）发出一个 :class:`UnknownTokenWarning`，列出这些词，照常翻译；
+    ``"error"`` 抛出 ``ValueError``；``"ignore"`` 不作声。
     """
     if method not in ("greedy", "beam", "sample"):
         raise ValueError(f"method 应为 'greedy'、'beam' 或 'sample'，收到 {method!r}")
     positive_int("batch_size", batch_size)
+    one_of("on_unknown", on_unknown, ("warn", "error", "ignore"))
     single = isinstance(sentences, str)
     if not single and not isinstance(sentences, Sequence):
         raise TypeError(f"sentences 应是一个字符串或字符串列表，收到 {type(sentences).__name__}")
@@ -369,11 +381,17 @@ def translate(
     if tokenize is None:
         from .data.toy_zh_en import tokenize_zh as tokenize
     encoded = []
+    unknown: dict[str, list[str]] = {}  # 句子 → 其中的词表外词
     for s in items:
         toks = tokenize(s)
         if not toks:
             raise ValueError(f"sentences 中有空句子：{s!r}")
+        missing = [t for t in toks if t not in src_vocab]
+        if missing:
+            unknown[s] = missing
         encoded.append(src_vocab.encode(toks))
+    if unknown and on_unknown != "ignore":
+        _report_unknown(unknown, len(items), on_unknown)
     results: list[str] = []
     device = next(model.parameters()).device
     for start in range(0, len(encoded), batch_size):
@@ -390,3 +408,14 @@ def translate(
             out = sample_decode(model, src, max_len, temperature, top_k, generator)
         results += [" ".join(tgt_vocab.decode(seq)) for seq in ids_to_lists(out)]
     return results[0] if single else results
+
+
+def _report_unknown(unknown: dict[str, list[str]], n_sentences: int, on_unknown: str) -> None:
+    words = list(dict.fromkeys(w for ws in unknown.values() for w in ws))  # 按出现顺序、去重
+    first, first_words = next(iter(unknown.items()))
+    where = f"{len(unknown)}/{n_sentences} 句" if n_sentences > 1 else "句子"
+    text = (f"sentences 里有词表外的词 {words}（{where}，如 {first!r} 中的 {first_words}），"
+            "它们只能当作 <unk>，译文多半不可信")
+    if on_unknown == "error":
+        raise ValueError(f"{text}；请换成词表里的词，或传 on_unknown='warn' 只警告")
+    warnings.warn(f"{text}；传 on_unknown='error' 可改为报错", UnknownTokenWarning, stacklevel=3)

@@ -358,30 +358,45 @@ _ZH_WORDS = sorted(LEXICON, key=len, reverse=True)
 
 
 def tokenize_zh(text: str) -> list[str]:
-    """中文分词：有空格就按空格切；没有空格就按词典最长匹配（未知字符单独成词）。
+    """中文分词：先按空格切成若干段，每段再按词典最长匹配切词（未知字符单独成词）。
+
+    所以带空格、不带空格、只带一部分空格的写法切出同样的词：
 
     >>> tokenize_zh("人工智能 改变 世界")
     ['人工智能', '改变', '世界']
     >>> tokenize_zh("狗咬人")
     ['狗', '咬', '人']
+    >>> tokenize_zh("狗 咬人")
+    ['狗', '咬', '人']
+
+    一段里如果一个词典词都没有（如合成任务的 ``"w12"``、英文单词），整段保留为一个词元，不拆成单个字符。
     """
     if not isinstance(text, str):
         raise TypeError(f"text 应是 str，收到 {type(text).__name__}")
-    text = text.strip()
-    if any(ch.isspace() for ch in text):
-        return text.split()
     out: list[str] = []
+    for chunk in text.split():
+        out += _segment(chunk)
+    return out
+
+
+def _segment(text: str) -> list[str]:
+    """一段没有空格的文字按词典最长匹配切词；整段没有一个词典词时原样返回。"""
+    if text in LEXICON:
+        return [text]
+    out: list[str] = []
+    found = False
     i = 0
     while i < len(text):
         for w in _ZH_WORDS:
             if text.startswith(w, i):
                 out.append(w)
                 i += len(w)
+                found = True
                 break
         else:
             out.append(text[i])
             i += 1
-    return out
+    return out if found else [text]
 
 
 def tokenize_en(text: str) -> list[str]:
