@@ -30,7 +30,7 @@ def checkpoint(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "toy.pt"
     r = run("train", "--task", "toy_zh_en", "--epochs", "2", "--out", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
-    assert "saved" in r.stdout and out.exists()
+    assert "已保存" in r.stdout and out.exists()
     assert r.stderr == ""  # 不是终端：没有进度条
     return out
 
@@ -62,3 +62,45 @@ def test_missing_and_corrupt_checkpoint_and_unknown_task(tmp_path):
     assert r.returncode == 2 and "sorting" in r.stderr
     r = run("train", "--task", "copy", "--epochs", "0", "--out", str(tmp_path / "x.pt"))
     assert r.returncode == 1 and "--epochs" in r.stderr
+
+
+def test_shipped_checkpoints_work_with_every_command():
+    from tformer_lib.pretrained import SHIPPED_POSITIONAL, shipped_checkpoint_path
+
+    for positional in SHIPPED_POSITIONAL:
+        path = str(shipped_checkpoint_path(positional))
+        r = run("evaluate", "--checkpoint", path, "--split", "valid")
+        assert r.returncode == 0 and "task=toy_zh_en" in r.stdout and "exact_match:" in r.stdout, r.stderr
+    r = run("translate", "--checkpoint", str(shipped_checkpoint_path()), "狗 咬人", "狗咬人", "狗 咬 人")
+    assert r.returncode == 0 and r.stdout.splitlines() == ["the dog bites the person"] * 3, r.stderr
+
+
+def test_unknown_words_warn_by_default_and_fail_with_strict():
+    from tformer_lib.pretrained import shipped_checkpoint_path
+
+    path = str(shipped_checkpoint_path())
+    r = run("translate", "--checkpoint", path, "狗咬人。")
+    assert r.returncode == 0 and r.stdout.strip()  # 照常翻译
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("警告：") and "'。'" in r.stderr
+    r = run("translate", "--checkpoint", path, "--strict", "狗咬人。")
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.startswith("错误：") and "'。'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_train_out_is_checked_before_any_training(tmp_path, monkeypatch, capsys):
+    from tformer_lib import cli
+    from tformer_lib.training import Trainer
+
+    def no_training(self, epochs):
+        raise AssertionError("不该开始训练")
+
+    monkeypatch.setattr(Trainer, "fit", no_training)
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path, tmp_path / "afile" / "m.pt"):
+        assert cli.main(["train", "--task", "copy", "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("错误：--out") and len(err.strip().splitlines()) == 1, err
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # 以 root 运行时无法真正拿掉写权限，只能模拟
+    assert cli.main(["train", "--task", "copy", "--out", str(tmp_path / "new" / "m.pt")]) == 1
+    err = capsys.readouterr().err
+    assert "--out" in err and "没有在目录" in err and "写文件的权限" in err

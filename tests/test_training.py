@@ -181,3 +181,32 @@ def test_checkpoint_errors(copy_data, tmp_path):
         load_checkpoint(other)
     with pytest.raises(TypeError, match="model"):
         save_checkpoint(tmp_path / "x.pt", torch.nn.Linear(2, 2))
+
+
+def test_leftover_temp_files_of_a_killed_save_are_cleaned_up(tmp_path):
+    """被杀掉的保存会在目标旁留下 .<名>.tformer-tmp-<pid>-….tmp；下一次保存或读取时删掉（写它的进程还活着就不动）。"""
+    import os
+    import subprocess
+    import sys
+
+    from tformer_lib import TransformerConfig, make_model
+    from tformer_lib.training import load_checkpoint, save_checkpoint
+
+    model = make_model(TransformerConfig(10, 10, d_model=8, n_heads=2, d_ff=8, n_encoder_layers=1,
+                                         n_decoder_layers=1))
+    target = tmp_path / "m.pt"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # 一个已经退出的进程号
+    leftover = tmp_path / f".m.pt.tformer-tmp-{dead}-abc123.tmp"
+    leftover.write_bytes(b"half a checkpoint")
+    alive = tmp_path / f".m.pt.tformer-tmp-{os.getppid()}-def456.tmp"  # 另一个还在写的进程
+    alive.write_bytes(b"being written")
+    other = tmp_path / ".other.pt.tformer-tmp-1-x.tmp"  # 别的检查点的临时文件
+    other.write_bytes(b"x")
+    save_checkpoint(target, model)
+    assert not leftover.exists() and alive.exists() and other.exists()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted([target.name, alive.name, other.name])  # 这次保存自己的临时文件也没留下
+    leftover.write_bytes(b"again")
+    load_checkpoint(target)
+    assert not leftover.exists() and alive.exists()

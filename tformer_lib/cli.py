@@ -7,12 +7,16 @@
     python -m tformer_lib evaluate --checkpoint toy.pt --split test --method beam
 
 出错时（检查点不存在或损坏、任务未知、参数不合法）在标准错误上打印一行说明，退出码非 0。
+``train`` 在开始训练之前就检查 ``--out`` 能否写入，不会训练完才发现存不下。
+``translate`` 遇到词表外的词（或标点）时在标准错误上警告一行；加 ``--strict`` 则报错退出。
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import warnings
 from collections.abc import Sequence
 
 TASKS = ("copy", "reverse", "toy_zh_en")
@@ -85,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--temperature", type=float, default=1.0)
     tr.add_argument("--top-k", type=int, default=None)
     tr.add_argument("--seed", type=int, default=0, help="采样用的随机种子")
+    tr.add_argument("--strict", action="store_true",
+                    help="句子里有词表外的词（或标点）时报错退出；默认只警告，并把它们当作 <unk> 翻译")
 
     e = sub.add_parser("evaluate", help="在某个数据划分上评估检查点",
                        description="重新生成检查点所属任务的数据划分，报告损失、词元准确率、完全匹配率与 BLEU。")
@@ -127,6 +133,12 @@ def _cmd_train(args) -> int:
         raise CLIError(f"--epochs 应为正整数，收到 {args.epochs}")
     if args.layers is not None and args.layers < 1:
         raise CLIError(f"--layers 应为正整数，收到 {args.layers}")
+    from .training.checkpoint import check_checkpoint_path
+
+    try:  # 训练之前就确认存得下，免得训练完才失败、白跑一趟
+        check_checkpoint_path(args.out, "--out")
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
     verbose = not args.quiet
     if args.task == "toy_zh_en":
         data = load_toy_data(TOY_TRAINING["corpus_seed"])
@@ -151,24 +163,40 @@ def _cmd_train(args) -> int:
     path = save_checkpoint(args.out, model, src_vocab, tgt_vocab, trainer=trainer,
                            extra={"task": args.task, "data_seed": data_seed})
     last = trainer.history.last
-    print(f"saved {path}  (epochs={trainer.epoch}, valid exact match={last.get('valid_exact_match', float('nan')):.3f})")
+    print(f"已保存 {path}（epochs={trainer.epoch}，验证集整句正确率 {last.get('valid_exact_match', float('nan')):.3f}）")
     return 0
 
 
 def _load(path: str):
-    from .training import load_model
+    from .training import CheckpointError, load_model
 
-    model, src_vocab, tgt_vocab, ckpt = load_model(path)
+    try:
+        model, src_vocab, tgt_vocab, ckpt = load_model(path)
+    except (CheckpointError, FileNotFoundError) as exc:
+        raise CLIError(f"--checkpoint：{exc}") from None
     if src_vocab is None or tgt_vocab is None:
         raise CLIError(f"检查点 {path!r} 没有保存词表，无法翻译或评估")
     return model, src_vocab, tgt_vocab, ckpt
 
 
+def _check_decoding_options(args) -> None:
+    """在读检查点之前检查解码选项，错误点名命令行上的选项（--beam-size 而不是 beam_size）。"""
+    if getattr(args, "beam_size", 1) < 1:
+        raise CLIError(f"--beam-size 应为正整数，收到 {args.beam_size}")
+    temperature = getattr(args, "temperature", 1.0)
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise CLIError(f"--temperature 应为有限的正数，收到 {temperature:g}")
+    top_k = getattr(args, "top_k", None)
+    if top_k is not None and top_k < 1:
+        raise CLIError(f"--top-k 应为正整数，收到 {top_k}")
+
+
 def _cmd_translate(args) -> int:
     import torch
 
-    from .decoding import translate
+    from .decoding import UnknownTokenWarning, translate
 
+    _check_decoding_options(args)
     model, src_vocab, tgt_vocab, ckpt = _load(args.checkpoint)
     sentences = args.sentences or [line.strip() for line in sys.stdin if line.strip()]
     if not sentences:
@@ -176,8 +204,16 @@ def _cmd_translate(args) -> int:
     task = ckpt.get("extra", {}).get("task")
     tokenize = None if task in (None, "toy_zh_en") else str.split
     gen = torch.Generator().manual_seed(args.seed) if args.method == "sample" else None
-    outputs = translate(model, sentences, src_vocab, tgt_vocab, method=args.method, beam_size=args.beam_size,
-                        temperature=args.temperature, top_k=args.top_k, generator=gen, tokenize=tokenize)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnknownTokenWarning)
+        outputs = translate(model, sentences, src_vocab, tgt_vocab, method=args.method, beam_size=args.beam_size,
+                            temperature=args.temperature, top_k=args.top_k, generator=gen, tokenize=tokenize,
+                            on_unknown="error" if args.strict else "warn")
+    for w in caught:  # 每个警告一行，不带 Python 的文件名与行号
+        if issubclass(w.category, UnknownTokenWarning):
+            print(f"警告：{w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     for out in outputs:
         print(out)
     return 0
@@ -187,6 +223,7 @@ def _cmd_evaluate(args) -> int:
     from .decoding import beam_search
     from .training import evaluate
 
+    _check_decoding_options(args)
     model, src_vocab, tgt_vocab, ckpt = _load(args.checkpoint)
     extra = ckpt.get("extra", {})
     task = extra.get("task")
@@ -220,9 +257,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         handlers = {"train": _cmd_train, "translate": _cmd_translate, "evaluate": _cmd_evaluate}
         return handlers.get(args.command, getattr(args, "run", None))(args)
-    except (CLIError, CheckpointError, FileNotFoundError, TrainingDivergedError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (CLIError, CheckpointError, OSError, TrainingDivergedError, ValueError, TypeError) as exc:
+        print(f"错误：{_one_line(exc)}", file=sys.stderr)
         return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """错误消息压成一行：多行的（如 PyTorch 的报错）只保留各行要点，用“；”连接，最多 300 个字符。"""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = "；".join(lines) if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "…"
 
 
 if __name__ == "__main__":

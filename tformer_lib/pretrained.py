@@ -225,8 +225,13 @@ def _load_or_train(positional, epochs, seed, cache, retrain, directory, progress
     model.eval()
     if cache:
         save_checkpoint(path, model, src_vocab, tgt_vocab,
-                        extra={"history": history.to_dict(), "training": training, "seed": seed})
+                        extra={"history": history.to_dict(), "training": training, "seed": seed, **_task_record()})
     return model, src_vocab, tgt_vocab, history
+
+
+def _task_record() -> dict:
+    """检查点里记下任务名与语料种子，命令行的 ``evaluate`` 据此重建同一份数据划分。"""
+    return {"task": "toy_zh_en", "data_seed": TOY_TRAINING["corpus_seed"]}
 
 
 def shipped_checkpoint_path(positional: str = "sinusoidal") -> Path:
@@ -265,7 +270,7 @@ def build_shipped_checkpoints(directory: str | os.PathLike | None = None) -> lis
             model, sv, tv, history = load_or_train_toy_model(positional, cache=False)
             save_checkpoint(target, model, sv, tv, extra={"history": history.to_dict(), "training": dict(TOY_TRAINING),
                                                           "seed": 0, "threads": 1,
-                                                          "cpu": cpu_fingerprint()})
+                                                          "cpu": cpu_fingerprint(), **_task_record()})
             written.append(target)
         for old in out_dir.glob("toy_zh_en-*.pt"):
             if old not in written:
