@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from fractions import Fraction
 import random
 import sys
 from pathlib import Path
@@ -351,7 +352,8 @@ def test_global_random_state_is_restored_and_readers_randomness_is_reproducible(
 
 
 @pytest.mark.parametrize("value", [3, 3.0, np.int64(3), np.int32(3), np.float32(3), np.float64(3),
-                                   torch.tensor(3), torch.tensor(3.0), torch.tensor([3.0]), np.array(3.0)])
+                                   torch.tensor(3), torch.tensor(3.0), torch.tensor([3.0]), np.array(3.0),
+                                   Fraction(6, 2)])
 def test_numbers_of_every_type_are_read(value):
     assert as_number(value) == 3.0
     assert as_int(value) == 3 and isinstance(as_int(value), int)

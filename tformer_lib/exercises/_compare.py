@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,7 +64,7 @@ def as_number(value: Any, what: str = "结果") -> float:
             return float(value)
     if isinstance(value, bool):
         raise Mistake(f"{what}应是一个数，你返回的是布尔值 {value!r}", key="type")
-    if isinstance(value, (int, float)):
+    if isinstance(value, numbers.Real):  # int、float，也包括 fractions.Fraction 这类标准库的实数
         return float(value)
     if isinstance(value, (list, tuple)):
         raise Mistake(f"{what}应是一个数，你返回的是 {type(value).__name__} {_describe(value)}", key="type")
@@ -75,8 +76,8 @@ def as_int(value: Any, what: str = "结果") -> int:
     x = as_number(value, what)
     if not math.isfinite(x) or x != math.floor(x):
         raise Mistake(f"{what}应是整数，你返回的是 {x!r}", key="not_integer")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value  # 大整数不经过 float，免得丢精度
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)  # 大整数不经过 float，免得丢精度
     np = _numpy()
     if np is not None and isinstance(value, np.integer):
         return int(value)
@@ -148,8 +149,7 @@ def as_tensor(x: Any, what: str = "结果") -> torch.Tensor:
     if isinstance(x, (list, tuple)):
         raise Mistake(f"{what}应是 torch 张量（Tensor），你返回的是 {type(x).__name__}：用 torch.tensor(...) "
                       "或 torch.stack(...) 把它变成张量", key="type")
-    if (isinstance(x, (int, float)) and not isinstance(x, bool)) or (
-            np is not None and isinstance(x, (np.integer, np.floating))):
+    if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_ if np is not None else bool)):
         return torch.tensor(float(x), dtype=torch.float64)
     raise Mistake(f"{what}应是 torch 张量（Tensor），你返回的是 {type(x).__name__}", key="type")
 
