@@ -4,7 +4,7 @@
 在 Colab、课程服务器或自己的 Jupyter 里直接打开一章时，环境里通常还没有本书的库。每个笔记本
 （``notebooks/*.ipynb`` 与 ``notebooks/solutions/*.ipynb``）的第一个代码单元因此是：
 
-* ``tformer_lib`` 不可导入时：``pip install --quiet`` 从 ``_config.yml`` 的 ``repository.url``（和
+* ``tformer_lib`` 不可导入时：``pip install --quiet git+<url>@<branch>`` 从 ``_config.yml`` 的 ``repository.url``（和
   ``repository.branch``）安装本包——包的元数据对 torch 只写下界，所以读者环境里已有的 torch 不会被换掉；
 * 可导入时：什么也不做，什么也不打印（nbval 比较的输出不变，笔记本不必重新执行）。
 
@@ -39,8 +39,8 @@ if importlib.util.find_spec("tformer_lib") is None:
     import sys
 
     url = "{url}"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                    f"tformer_lib @ {{url}}"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", url],
+                   check=True)
     importlib.invalidate_caches()'''
 
 
@@ -63,8 +63,12 @@ def pip_url(url: str, branch: str | None = None) -> str:
 
 
 def requirement(url: str, branch: str | None = None) -> str:
-    """pip 的直接引用：``tformer_lib @ git+<url>[@<branch>]``（README 与 how_to_run.md 的安装命令用它）。"""
-    return f"tformer_lib @ {pip_url(url, branch)}"
+    """README 与 how_to_run.md 的安装命令装的东西：``git+<url>[@<branch>]``。
+
+    不写成 ``tformer_lib @ git+…``：旧一些的 pip（如 23.2）不接受 ``file:///`` 这种没有主机名的直接引用，
+    而 CI 正是对本地克隆（file:// 地址）执行这条命令。
+    """
+    return pip_url(url, branch)
 
 
 def render(url: str, branch: str | None = None) -> str:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# 运行全部测试：库的单元测试 + 每个章节笔记本的 nbval 回归 + 构建全书 + 真实浏览器测试。
-# 用法：bash scripts/test.sh        （首次运行会建立 .venv 并安装依赖）
+# 运行全部测试：库的单元测试 + 每个笔记本（各章与参考答案）的 nbval 回归 + 构建全书 + 真实浏览器测试
+# + 从轮子安装到新环境、在仓库外重跑全部笔记本。
+# 用法：bash scripts/test.sh        （首次运行会建立 .venv 并安装依赖，版本按 constraints.txt）
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 
@@ -9,17 +10,28 @@ export TFORMER_THREADS="${TFORMER_THREADS:-1}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export PYTHONHASHSEED=0  # 与 scripts/execute_notebooks.py 相同：集合的迭代顺序不随运行变化
 
-echo "== 1/3 单元测试与笔记本回归（pytest + nbval）"
+t0=$(date +%s)
+step_t=$t0
+timing() {  # 每一步结束时打印它的用时
+  local now; now=$(date +%s)
+  echo "   （用时 $(( now - step_t )) 秒）"
+  step_t=$now
+}
+
+echo "== 1/4 单元测试与笔记本回归（pytest + nbval，含 notebooks/solutions/）"
 nbval_args=(--nbval --nbval-current-env)
 [ -f nbval_sanitize.cfg ] && nbval_args+=(--nbval-sanitize-with nbval_sanitize.cfg)
-notebooks=(notebooks/*.ipynb)
-[ -e "${notebooks[0]}" ] || notebooks=()
+shopt -s nullglob
+notebooks=(notebooks/*.ipynb notebooks/solutions/*.ipynb)
+shopt -u nullglob
 python -m pytest tests "${notebooks[@]}" "${nbval_args[@]}" -p no:cacheprovider -q
+timing
 
-echo "== 2/3 构建全书（警告即错误）"
+echo "== 2/4 构建全书（警告即错误）"
 bash scripts/build_book.sh
+timing
 
-echo "== 3/3 真实浏览器测试（headless Chromium）"
+echo "== 3/4 真实浏览器测试（headless Chromium）"
 if [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
@@ -29,3 +41,10 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 python scripts/browser_test.py
+timing
+
+echo "== 4/4 从轮子安装到新的虚拟环境，在仓库外重跑全部笔记本；引导单元对本地克隆安装"
+bash scripts/test_installed.sh
+timing
+
+echo "全部测试通过（共 $(( $(date +%s) - t0 )) 秒）。"

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# 读者的情形：不在本仓库里，只有装好的包。
+#
+#   1. 构建轮子（wheel），装进一个新的虚拟环境（按 constraints.txt，torch 取 2.13.0 的 CPU 轮子）；
+#   2. 检查“装好的文件”（不是源码树）里有字体、玩具模型、数据和结果文件，且导入的是装好的包；
+#   3. 把全部笔记本（各章与 notebooks/solutions/）复制到仓库外的临时目录，用 nbval 在那里重跑；
+#   4. 卸掉本包，对本仓库的一个本地克隆执行笔记本引导单元里的安装命令（scripts/sync_bootstrap.py 的模板，
+#      仓库地址换成克隆的 file:// 地址）：它要装得上、不动已有的 torch，再运行一次时什么也不打印。
+#
+# 用法：bash scripts/test_installed.sh                 （scripts/test.sh 的最后一步；需要已有的 .venv 来构建轮子）
+#       bash scripts/test_installed.sh notebooks/03_attention.ipynb   （只重跑列出的笔记本，作者调试用）
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3}"
+BUILD_PY="$ROOT/.venv/bin/python"
+[ -x "$BUILD_PY" ] || { echo "需要先建立 .venv（source scripts/_env.sh）" >&2; exit 2; }
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/tformer-installed.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+export TFORMER_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0
+unset PYTHONPATH
+
+t0=$(date +%s)
+step_start=$t0
+step() {  # 打印上一步的用时，再开始下一步
+  local now; now=$(date +%s)
+  [ -n "${STEP:-}" ] && echo "   （${STEP}：$(( now - step_start )) 秒）"
+  STEP="$1"; step_start=$now
+  echo "-- $1"
+}
+
+step "构建轮子"
+"$BUILD_PY" -m pip wheel --quiet --no-deps --no-build-isolation -w "$WORK/dist" .
+WHEEL="$(ls "$WORK"/dist/tformer_lib-*.whl)"
+echo "   $(basename "$WHEEL")（$(( $(stat -c %s "$WHEEL") / 1024 )) KiB）"
+
+step "新的虚拟环境：装轮子与 nbval（按 constraints.txt）"
+"$PY" -m venv "$WORK/venv"
+V="$WORK/venv/bin/python"
+# （本机 pip 配置里的本地索引缺某些包的目录时，pip 对每个包警告一行 “is ignored”：滤掉这些噪声）
+quiet_pip() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+quiet_pip "$V" -m pip install --quiet --no-compile --disable-pip-version-check -c constraints.txt "$WHEEL" nbval pytest ipykernel
+
+step "检查装好的文件"
+(cd "$WORK" && "$V" - "$WORK/venv" <<'PY'
+import re
+import sys
+from importlib.metadata import files
+from pathlib import Path
+
+import tformer_lib
+
+venv = Path(sys.argv[1]).resolve()
+assert Path(tformer_lib.__file__).resolve().is_relative_to(venv), f"导入的不是装好的包：{tformer_lib.__file__}"
+installed = [str(f) for f in files("tformer_lib")]
+need = {
+    "中文字体": r"^tformer_lib/fonts/.+\.(otf|ttf)$",
+    "字体许可证": r"^tformer_lib/fonts/OFL\.txt$",
+    "玩具模型": r"^tformer_lib/checkpoints/.+\.pt$",
+    "唐诗数据": r"^tformer_lib/data/poems/.+",
+    "基准结果": r"^tformer_lib/results/.+\.json$",
+}
+missing = [what for what, pat in need.items() if not any(re.search(pat, f) for f in installed)]
+assert not missing, f"轮子里缺少：{missing}"
+for f in files("tformer_lib"):
+    assert Path(f.locate()).exists(), f"记录里有、磁盘上没有：{f}"
+print(f"   {len(installed)} 个文件，" + "、".join(need) + " 都在")
+PY
+)
+
+step "在仓库外用 nbval 重跑全部笔记本"
+mkdir -p "$WORK/book/notebooks/solutions"
+if [ $# -gt 0 ]; then
+  for nb in "$@"; do cp "$nb" "$WORK/book/$nb"; done
+else
+  cp notebooks/*.ipynb "$WORK/book/notebooks/"
+  if compgen -G "notebooks/solutions/*.ipynb" >/dev/null; then
+    cp notebooks/solutions/*.ipynb "$WORK/book/notebooks/solutions/"
+  fi
+fi
+cp nbval_sanitize.cfg "$WORK/book/"
+(cd "$WORK/book" && "$V" -m pytest notebooks --nbval --nbval-current-env \
+   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q)
+
+step "引导单元：对本地克隆执行安装命令"
+git clone --quiet "$ROOT" "$WORK/clone"
+BRANCH="$(git -C "$WORK/clone" rev-parse --abbrev-ref HEAD)"
+CELL="$("$BUILD_PY" -c 'import sys; sys.path.insert(0, "scripts"); import sync_bootstrap as B; print(B.render(sys.argv[1], sys.argv[2]))' \
+        "file://$WORK/clone" "$BRANCH")"
+"$V" -m pip uninstall --quiet -y tformer_lib
+TORCH_BEFORE="$("$V" -c 'import torch; print(torch.__version__, torch.__file__)')"
+(cd "$WORK" && quiet_pip "$V" -c "$CELL")
+(cd "$WORK" && "$V" - "$TORCH_BEFORE" <<'PY'
+import sys
+
+import torch
+
+import tformer_lib  # noqa: F401  装上了
+
+assert f"{torch.__version__} {torch.__file__}" == sys.argv[1], f"torch 被换掉了：{sys.argv[1]} → {torch.__version__}"
+print(f"   装上了 tformer_lib；torch 仍是 {torch.__version__}")
+PY
+)
+OUT="$(cd "$WORK" && "$V" -c "$CELL" 2>&1)"
+[ -z "$OUT" ] || { echo "已安装时引导单元不应打印任何东西，却打印了：$OUT" >&2; exit 1; }
+echo "   已安装时再运行一次：什么也不打印"
+
+step "完成"
+echo "从轮子安装的检查全部通过（共 $(( $(date +%s) - t0 )) 秒）。"
