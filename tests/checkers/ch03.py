@@ -44,6 +44,7 @@ SCALE = Case(check_unit_variance_scale, ref_scale, returns="number", wrong=[
     Wrong("sigma_squared", lambda d, a, b: 1 / (math.sqrt(d) * a * a * b * b), key="sigma_squared"),
     Wrong("reciprocal", lambda d, a, b: math.sqrt(d) * a * b, key="reciprocal"),
     Wrong("sum_of_sigmas", lambda d, a, b: 1 / (math.sqrt(d) * (a + b)), key="sum_of_sigmas"),
+    Wrong("negative", lambda d, a, b: -ref_scale(d, a, b), key="negative"),
     Wrong("other", lambda d, a, b: 1 / (math.sqrt(d + 1) * a * b), key="values"),
 ])
 

@@ -102,6 +102,7 @@ def check_unit_variance_scale(fn: Callable[..., Any], *, verbose: bool = True) -
              "开方之后标准差里是 σ_q σ_k"),
             (math.sqrt(d_k) * sq * sk, "reciprocal", "结果颠倒了：这是点积的标准差本身，缩放系数是它的倒数"),
             (1 / (math.sqrt(d_k) * (sq + sk)), "sum_of_sigmas", "两个独立量之积的方差是方差之积 σ_q² σ_k²，不是和"),
+            (-1 / (math.sqrt(d_k) * sq * sk), "negative", "方差对了，但题目要的是正数 c（负号会把分数的大小顺序倒过来）"),
         ]
 
     def cases(f):
