@@ -178,3 +178,50 @@ def test_exercise_index_accepts_unnumbered_subsections(tmp_path):
 
 def test_solutions_page_uses_the_generated_index():
     assert tformer_book.EXERCISE_MARKER in (ROOT / "book/solutions.md").read_text(encoding="utf-8")
+
+
+def test_widgets_setup_maps_every_bundled_amd_module_to_the_local_copy():
+    """embed-amd.js 里每个具名 AMD 模块按自己的地址推算字体目录；每个都要映射到本地副本，否则图标字体 404。"""
+    bundle = (ROOT / "_static/thirdparty/html-manager/embed-amd.js").read_text(encoding="utf-8")
+    setup_js = (ROOT / "_static/thirdparty/widgets-setup.js").read_text(encoding="utf-8")
+    defined = set(re.findall(r'define\("@jupyter-widgets/([^"/]+)"', bundle))
+    assert {"base", "controls", "html-manager"} <= defined
+    mapped = set(re.findall(r'"([a-z0-9-]+)"', setup_js.split("var modules =", 1)[1].split(";", 1)[0]))
+    assert defined <= mapped, f"widgets-setup.js 没有映射：{defined - mapped}"
+    assert '"_static/thirdparty/html-manager"' in setup_js
+
+
+def test_exercise_headings_get_stable_anchors():
+    sys.path.insert(0, str(ROOT / "_ext"))
+    import heading_slugs
+
+    assert heading_slugs.slugify("练习 3（找错 ★★）：掩码的真假") == "练习-3"
+    assert heading_slugs.slugify("练习 12（扩展 ★★★）：x") == "练习-12"
+    assert heading_slugs.slugify("练习") == "练习"  # 不是编号练习：MyST 默认规则
+    assert heading_slugs.slugify("小结 Summary") == "小结-summary"
+    cfg = _config()["sphinx"]["config"]
+    assert cfg["myst_heading_slug_func"] == "heading_slugs.slugify" and cfg["myst_heading_anchors"] >= 3
+
+
+def test_browser_test_reads_toc_globs_and_has_an_explorer_per_chapter():
+    import browser_test
+
+    docs, chapters = browser_test.pages_from_toc(ROOT / "_toc.yml")
+    solutions = sorted(p.relative_to(ROOT).with_suffix("").as_posix() for p in (ROOT / "notebooks/solutions").glob("*.ipynb"))
+    assert all(s in docs and s in chapters for s in solutions)
+    numbered = [d for d in docs if re.fullmatch(r"notebooks/\d\d_\w+", d)]
+    missing = [d for d in numbered if d not in browser_test.STATIC_EXPLORERS and _has_explorer(d)]
+    assert not missing, f"这些章节页有探索器，却不在 scripts/browser_test.py 的 STATIC_EXPLORERS 表里：{missing}"
+
+
+def _has_explorer(doc: str) -> bool:
+    text = (ROOT / f"{doc}.ipynb").read_text(encoding="utf-8")
+    return "_explorer(" in text
+
+
+def test_execute_notebooks_also_runs_the_solutions():
+    import execute_notebooks
+
+    paths = [p.relative_to(ROOT).as_posix() for p in execute_notebooks.default_notebooks()]
+    assert any(p.startswith("notebooks/0") for p in paths)
+    assert all(p in paths for p in (q.relative_to(ROOT).as_posix() for q in (ROOT / "notebooks/solutions").glob("*.ipynb")))
