@@ -81,10 +81,10 @@ def _box(ax, x: float, y: float, w: float, title: str, code: str | None = None, 
     if code:
         top = y + (0.23 if note else 0.11)
         ax.text(x, top, title, ha="center", va="center", fontsize=fontsize, zorder=4)
-        ax.text(x, top - 0.26, code, ha="center", va="center", fontsize=fontsize - 2, family=_MONO_FAMILY,
+        ax.text(x, top - 0.26, code, ha="center", va="center", fontsize=fontsize - 1.5, family=_MONO_FAMILY,
                 color="#333333", zorder=4)
         if note:
-            ax.text(x, top - 0.5, note, ha="center", va="center", fontsize=fontsize - 2.5, color="#666666",
+            ax.text(x, top - 0.5, note, ha="center", va="center", fontsize=fontsize - 2, color="#555555",
                     zorder=4)
     else:
         ax.text(x, y, title, ha="center", va="center", fontsize=fontsize, zorder=4)
@@ -101,7 +101,7 @@ def _add(ax, x: float, y: float) -> tuple[float, float]:
 
 def _arrow(ax, points: Sequence[tuple[float, float]], *, color: str = _EDGE, lw: float = 1.2,
            label: str | None = None, label_side: str = "right", label_color: str = _SHAPE_COLOR,
-           fontsize: float = 9.0) -> None:
+           fontsize: float = 9.5) -> None:
     """沿折线 ``points`` 画箭头（最后一段带箭头）；``label`` 写在第一段的旁边（通常是张量形状）。"""
     for (x0, y0), (x1, y1) in zip(points[:-2], points[1:-1]):
         ax.plot([x0, x1], [y0, y1], color=color, linewidth=lw, zorder=2, solid_capstyle="butt")
@@ -187,7 +187,7 @@ def plot_layer_norm_placement(layer: str = "encoder", *, title: str | None = Non
     if layer not in ("encoder", "decoder"):
         raise ValueError(f"layer 应为 'encoder' 或 'decoder'，收到 {layer!r}")
     subs = _ENCODER_SUBLAYERS if layer == "encoder" else _DECODER_SUBLAYERS
-    fig, axes = new_figure(figsize=figsize or (10.0, 8.0), nrows=1, ncols=2)
+    fig, axes = new_figure(figsize=figsize or (8.6, 8.0), nrows=1, ncols=2)
     kind = "编码器层 EncoderLayer" if layer == "encoder" else "解码器层 DecoderLayer"
     width = 2.9
     tops = []
@@ -211,7 +211,7 @@ def plot_layer_norm_placement(layer: str = "encoder", *, title: str | None = Non
     for ax in axes[0]:
         _finish(ax, (-2.9, 2.6), (-0.2, max(tops) + 1.2))
     if figsize is None:  # 等比例坐标：按画出来的高度定图高，上下不留大片空白
-        fig.set_size_inches(10.0, 0.82 * (max(tops) + 1.4) + 1.1)
+        fig.set_size_inches(8.6, 0.75 * (max(tops) + 1.4) + 1.2)
     fig.suptitle(title or f"一个{kind}：残差（红线）与 LayerNorm 放在哪里", fontsize=12.5)
     return fig
 
@@ -220,7 +220,7 @@ def plot_layer_norm_placement(layer: str = "encoder", *, title: str | None = Non
 
 
 def plot_transformer_architecture(config: Any = None, *, norm_first: bool | None = None, title: str | None = None,
-                                  figsize: tuple[float, float] = (10.5, 12.0)):
+                                  figsize: tuple[float, float] = (9.0, 10.6)):
     """完整的编码器–解码器 Transformer（论文图 1），方框写库里的模块名，箭头上标张量形状。
 
     参数
@@ -296,7 +296,7 @@ def plot_transformer_architecture(config: Any = None, *, norm_first: bool | None
     ax.text((x_mid + xd - w / 2) / 2, y_cross + 0.08, "K、V", ha="center", va="bottom", fontsize=10,
             color=_SHAPE_COLOR)
     ax.text(x_mid - 0.1, (mem_y + y_cross) / 2, "每个解码器层\n都读同一个\nmemory", ha="right", va="center",
-            fontsize=8.5, color="#555555")
+            fontsize=9, color="#555555")
     ax.text(xd - 0.12, cross_lo - 0.14, "Q", ha="right", va="center", fontsize=10, color=_SHAPE_COLOR)
 
     # ---- 输出端：generator → softmax
@@ -310,7 +310,7 @@ def plot_transformer_architecture(config: Any = None, *, norm_first: bool | None
     _finish(ax, (xe - 3.4, xd + 3.1), (-0.4, hi2 + 1.0))
     ax.set_title(title or f"Transformer 的编码器–解码器（论文图 1，用本书库的模块名）\n{head}；{ln}", fontsize=11.5)
     ax.text(xe, hi2 + 0.3, "B 批大小，S 原文长度，\nT 译文前缀长度，V 词表大小；\n红线是残差连接",
-            ha="center", va="center", fontsize=9, color="#555555")
+            ha="center", va="center", fontsize=9.5, color="#555555")
     return fig
 
 
