@@ -54,7 +54,8 @@ def figure_to_png(fig, dpi: int = EXPLORER_DPI, *, colors: int | None = None) ->
     from PIL import Image
 
     buf.seek(0)
-    img = Image.open(buf).convert("RGB").quantize(colors=colors, method=Image.Quantize.FASTOCTREE)
+    fast_octree = Image.Quantize.FASTOCTREE if hasattr(Image, "Quantize") else 2  # Pillow < 9.1 没有枚举
+    img = Image.open(buf).convert("RGB").quantize(colors=colors, method=fast_octree)
     out = io.BytesIO()
     img.save(out, format="PNG", optimize=True)
     return out.getvalue()
