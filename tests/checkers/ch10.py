@@ -1,0 +1,108 @@
+"""第 10 章检查器的用例：参考答案（与 notebooks/solutions/10_solutions.ipynb 一致）和已知错误答案。"""
+
+import math
+
+import torch
+
+from checkers import Case, Wrong
+from tformer_lib import scaled_dot_product_attention
+from tformer_lib.exercises.ch10 import (
+    buggy_grouped_attention,
+    check_fixed_grouped_attention,
+    check_kv_bytes_per_token,
+    check_lm_param_count,
+    check_rms_equals_layer,
+)
+
+
+# ---- 练习 1（预测再验证）：均值为 0 时两者相同 ----
+def ref_rms_equals_layer(x):
+    return abs(float(x.mean())) < 1e-6
+
+
+RMS = Case(check_rms_equals_layer, ref_rms_equals_layer, returns="bool", wrong=[
+    Wrong("hard_coded", lambda x: True),
+    Wrong("always_different", lambda x: False, key="values"),
+    Wrong("unit_rms", lambda x: abs(float(x.pow(2).mean()) - 1) < 0.1, key="values"),
+])
+
+
+# ---- 练习 2（找错）：查询头 i 属于第 i // g 组 ----
+def ref_grouped_attention(q, k, v, mask=None):
+    B, h, T, d_k = q.shape
+    h_kv = k.shape[1]
+    g = h // h_kv
+    qg = q.reshape(B, h_kv, g, T, d_k)  # (B, h_kv, g, T, d_k)：相邻的 g 个查询头是一组
+    scores = qg @ k[:, :, None].transpose(-2, -1) / math.sqrt(d_k)  # (B, h_kv, g, T, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    out = scores.softmax(dim=-1) @ v[:, :, None]  # (B, h_kv, g, T, d_k)
+    return out.reshape(B, h, T, d_k)  # (B, h, T, d_k)
+
+
+def _repeat_interleave(q, k, v, mask=None):
+    g = q.shape[1] // k.shape[1]
+    return scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), mask)[0]
+
+
+def _repeat(q, k, v, mask=None):
+    g = q.shape[1] // k.shape[1]
+    return scaled_dot_product_attention(q, k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1), mask)[0]
+
+
+GQA = Case(check_fixed_grouped_attention, ref_grouped_attention, also_correct=[_repeat_interleave], wrong=[
+    Wrong("hard_coded", lambda q, k, v, mask=None: torch.zeros(1, 4, 3, 2)),
+    Wrong("the_bug", buggy_grouped_attention, key="groups_interleaved"),
+    Wrong("repeat", _repeat, key="groups_interleaved"),
+    Wrong("no_mask", lambda q, k, v, mask=None: _repeat_interleave(q, k, v), key="mask_ignored"),
+])
+
+
+# ---- 练习 3（推导并核对）：每个词元 2 · N · h_kv · d_k · 字节数 ----
+def ref_kv_bytes_per_token(n_layers, d_model, n_heads, n_kv_heads, bytes_per_value):
+    d_k = d_model // n_heads
+    return 2 * n_layers * n_kv_heads * d_k * bytes_per_value
+
+
+KV = Case(check_kv_bytes_per_token, ref_kv_bytes_per_token, returns="int", wrong=[
+    Wrong("hard_coded", lambda N, d, h, h_kv, b: 1024),
+    Wrong("n_heads", lambda N, d, h, h_kv, b: 2 * N * d * b, key="n_heads"),
+    Wrong("k_only", lambda N, d, h, h_kv, b: N * h_kv * (d // h) * b, key="k_only"),
+    Wrong("one_layer", lambda N, d, h, h_kv, b: 2 * h_kv * (d // h) * b, key="one_layer"),
+    Wrong("elements", lambda N, d, h, h_kv, b: 2 * N * h_kv * (d // h), key="elements"),
+])
+
+
+# ---- 练习 4（推导并核对）：任意配置的参数量 ----
+def ref_lm_param_count(c):
+    d, f, V, kv = c.d_model, c.d_ff, c.vocab_size, c.kv_heads * c.d_k
+    attn = 2 * (d * d + d) + 2 * (d * kv + kv)  # W^Q、W^O：d×d；W^K、W^V：d×(h_kv·d_k)，都带偏置
+    ffn = 3 * d * f + 2 * f + d if c.activation == "swiglu" else 2 * d * f + f + d
+    norm = 2 * d if c.norm == "layer" else d  # LayerNorm 有 γ、β；RMSNorm 只有 γ
+    n_norms = 2 * c.n_layers + (1 if c.norm_first else 0)  # pre-LN 末尾还有一个
+    emb = V * d + (c.max_len * d if c.positional == "learned" else 0)
+    head = 0 if c.tie_embeddings else V * d
+    return c.n_layers * (attn + ffn) + n_norms * norm + emb + head
+
+
+def _tied_twice(c):
+    return ref_lm_param_count(c) + (c.vocab_size * c.d_model if c.tie_embeddings else 0)
+
+
+def _full_kv(c):
+    kv = c.kv_heads * c.d_k
+    return ref_lm_param_count(c) + c.n_layers * 2 * (c.d_model * (c.d_model - kv) + (c.d_model - kv))
+
+
+def _swiglu_two(c):
+    return ref_lm_param_count(c) - (c.n_layers * (c.d_model * c.d_ff + c.d_ff) if c.activation == "swiglu" else 0)
+
+
+PARAMS = Case(check_lm_param_count, ref_lm_param_count, returns="int", wrong=[
+    Wrong("hard_coded", lambda c: 1_234_567),
+    Wrong("tied_twice", _tied_twice, key="tied_twice"),
+    Wrong("gqa_full_kv", _full_kv, key="gqa_full_kv"),
+    Wrong("swiglu_two", _swiglu_two, key="swiglu_two"),
+])
+
+CASES = [RMS, GQA, KV, PARAMS]
