@@ -54,3 +54,33 @@ def test_score_bars_heights_and_labels(render):
     assert [t.get_text() for t in ax.texts] == ["99%", "100%", "29%", "27%"]
     with pytest.raises(ValueError, match="scores"):
         plot_score_bars({})
+
+
+def test_seed_runs_draws_one_line_per_seed_with_lr_axis(render):
+    from tformer_lib.plotting.ch07 import plot_seed_runs
+
+    groups = {"Post-LN": [[4.0, 3.9, 3.9], [4.1, 3.8, 3.9]], "Pre-LN": [[4.0, 3.0, 2.0], [4.2, 2.9, 1.8]]}
+    fig = render(plot_seed_runs(groups, smooth=2, lr=[0.01, 0.02, 0.015], hline=(3.8, "只按词频猜"), title="测试"))
+    ax = fig.axes[0]
+    assert len(fig.axes) == 2  # 右侧的学习率纵轴
+    assert len(ax.lines) == 4 + 1  # 每个种子一条线 + 参考线
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["Post-LN（2 个种子）", "Pre-LN（2 个种子）", "只按词频猜"]
+    with pytest.raises(ValueError, match="groups"):
+        plot_seed_runs({})
+    with pytest.raises(ValueError, match="没有任何一次运行"):
+        plot_seed_runs({"a": []})
+
+
+def test_shipped_norm_placement_study_covers_three_seeds_past_the_warmup():
+    from tformer_lib.norm_placement import EXPERIMENTS, NORMS, load_study
+
+    study = load_study()
+    assert {"cpu", "torch", "threads"} <= set(study["machine"]) and study["date"]
+    for exp, spec in EXPERIMENTS.items():
+        for norm in NORMS:
+            runs = study["by"][exp][norm]
+            assert [r["seed"] for r in runs] == [0, 1, 2]
+            for r in runs:
+                warmup = spec["training"].get("warmup", 200)
+                assert len(r["step_loss"]) > warmup  # 训练到预热结束之后
+                assert len(r["epochs"]) == spec["epochs"]

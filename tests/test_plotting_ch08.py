@@ -38,3 +38,20 @@ def test_bad_arguments():
         plot_online_softmax(torch.ones(3), 0)
     with pytest.raises(ValueError, match="labels"):
         plot_ratio_bars(["a"], [1.0, 2.0])
+
+
+def test_benchmark_figures_draw_from_a_results_dict(render):
+    from tformer_lib.benchmarking import load_results
+    from tformer_lib.plotting.benchmarks import plot_benchmark_results, plot_ratio_spread
+
+    fig = render(plot_ratio_spread({"a": [0.9, 1.0, 1.1], "b": [0.5, 0.6]}, title="比值"))
+    assert len(fig.axes[0].collections) == 2  # 每组一片散点
+    results = load_results()  # 随包附带的结果
+    live = results["train_step"]["small"]
+    fig = render(plot_benchmark_results(results, live=live))
+    assert len(fig.axes) == 2
+    assert results["machine"]["date"] in fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="groups"):
+        plot_ratio_spread({})
+    with pytest.raises(ValueError, match="results"):
+        plot_benchmark_results({})

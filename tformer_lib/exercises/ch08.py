@@ -1,129 +1,39 @@
-"""第 8 章练习的检查器（checker）：在线 softmax、FlashAttention 的一步更新、QKᵀ 的 FLOPs、KV 缓存的字节数。
+"""第 8 章练习的检查器（checker）：FlashAttention 一步更新（找错）、解码器层的交叉点长度（推导）、
+逐块注意力的最大中间张量（预测再验证）、分组查询注意力的 KV 缓存（扩展）。
 
-用 :mod:`tformer_lib.exercises._core` 的框架：每个 ``check_*`` 接收读者写的函数，运行若干测试用例，
-打印结论并返回 :class:`~tformer_lib.exercises._core.CheckResult`：
-
-* 函数里还是 ``raise NotImplementedError`` → 打印“尚未完成”，返回 False，**不抛异常**；
-* 结果正确 → 打印 ✅；
-* 结果不对 → 打印 ❌，并对常见错误（没减最大值而溢出、新最大值出现时忘了修正旧的分母、
-  漏了乘加的因子 2、漏了头数 h、忘了 K 和 V 是两份……）给出针对性的提示。
+用 :mod:`tformer_lib.exercises._core` 的框架：桩 → “⏳ 尚未完成”（不抛异常）；通过 → ✅；
+未通过 → ❌ 加一句点名常见错误的提示。每个检查器都在几组随机的大小上运行（写死书中例子的答案不会通过），
+读者返回的数可以是 Python 数、NumPy 标量或 0 维张量。
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ..config import TransformerConfig
-from ..costs import attention_flops, kv_cache_bytes_per_token
-from ._core import CheckResult, Mistake, run_checks
+from ..costs import decoder_layer_flops, largest_tensor_bytes
+from ..flash import tiled_attention
+from ._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_tensor,
+    compare,
+    compare_number,
+    draw_choice,
+    draw_int,
+    random_cases,
+    run_checks,
+)
 
-__all__ = ["check_online_softmax", "check_flash_step", "check_qk_flops", "check_kv_cache_bytes"]
-
-
-def _tensor(result, what: str, shape: tuple[int, ...]) -> torch.Tensor:
-    if not isinstance(result, torch.Tensor):
-        raise Mistake(f"{what} 应返回张量，收到 {type(result).__name__}", key="type")
-    if tuple(result.shape) != shape:
-        raise Mistake(f"{what} 的形状应为 {shape}，得到 {tuple(result.shape)}", key="shape")
-    return result.detach().to(torch.float64)
-
-
-# ---- 练习 1：在线 softmax ------------------------------------------------------------------------
-def check_online_softmax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> CheckResult:
-    """练习 1：``fn(x (n,), block_size)`` 应返回 ``softmax(x)``，且只靠运行最大值与运行分母扫一遍。
-
-    用例含很大的分数（不减最大值会溢出成 nan/inf）、块宽不整除 n、最大值出现在后面的块里
-    （忘了用 e^{m_old − m_new} 修正旧分母就会算错）。
-    """
-
-    def body(f: Callable) -> None:
-        g = torch.Generator().manual_seed(8)
-        cases = [
-            (torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), 2),  # 最大值在最后一块：必须修正旧分母
-            (torch.randn(10, generator=g), 3),  # 块宽不整除 n
-            (torch.randn(7, generator=g), 7),  # 只有一块
-            (torch.randn(5, generator=g), 1),  # 每块一个数
-            (torch.tensor([1000.0, 1001.0, 998.0, 1002.0, 990.0]), 2),  # 大数：必须减最大值
-        ]
-        for x, b in cases:
-            got = _tensor(f(x.clone(), b), f"my_online_softmax(x, block_size={b})", tuple(x.shape))
-            expected = x.double().softmax(-1)
-            if torch.allclose(got, expected, atol=1e-5):
-                continue
-            if not torch.isfinite(got).all():
-                raise Mistake(f"x = {x.tolist()} 时出现 nan/inf：e^x 溢出了。每块里用“减去运行最大值 m”的 e^{{x − m}}，"
-                            "不要直接算 e^x。", key="no_max_subtraction")
-            no_rescale = _online_without_rescale(x.double(), b)
-            if torch.allclose(got, no_rescale, atol=1e-5):
-                raise Mistake(f"block_size={b}：新最大值出现时，旧的分母 l 要乘以 e^{{m_old − m_new}} 再加上新块的贡献；"
-                            "否则前面几块的项是以旧的 m 为基准的，和后面的项对不齐。", key="no_rescale")
-            if torch.allclose(got.sum(), torch.tensor(1.0, dtype=torch.float64), atol=1e-5):
-                raise Mistake(f"x = {x.tolist()}，block_size={b}：和为 1，但各项不对；最后输出应是 e^{{x − m}} / l，"
-                            "其中 m、l 是扫完所有块后的运行最大值与分母。", key="values")
-            raise Mistake(f"x = {x.tolist()}，block_size={b}：期望 {expected.round(decimals=4).tolist()}，"
-                        f"得到 {got.round(decimals=4).tolist()}", key="values")
-
-    return run_checks("练习 1 在线 softmax（运行最大值 + 运行分母）", fn, [("与 torch.softmax 一致（含大数、不整除的块宽）", body)])
+__all__ = ["check_flash_step", "check_decoder_crossover", "check_tiled_peak_bytes", "check_gqa_kv_bytes"]
 
 
-def _online_without_rescale(x: torch.Tensor, b: int) -> torch.Tensor:
-    """常见错误：更新 m 但不修正旧的 l。"""
-    m, l = torch.tensor(float("-inf"), dtype=x.dtype), torch.tensor(0.0, dtype=x.dtype)
-    for s in range(0, x.numel(), b):
-        tile = x[s:s + b]
-        m = torch.maximum(m, tile.max())
-        l = l + torch.exp(tile - m).sum()
-    return torch.exp(x - m) / l
-
-
-# ---- 练习 2：FlashAttention 的一步 ----------------------------------------------------------------
-def check_flash_step(fn: Callable) -> CheckResult:
-    """练习 2：``fn(m, l, acc, s, v) -> (m_new, l_new, acc_new)``，读入一块键/值后的更新。
-
-    形状：``m``、``l`` ``(T_q,)``，``acc`` ``(T_q, d_v)``，``s`` 是这一块的分数 ``(T_q, b)``（已除以 √d_k），
-    ``v`` 是这一块的值 ``(b, d_v)``。反复调用它读完所有块后，``acc / l`` 应等于注意力输出。
-    """
-
-    def body(f: Callable) -> None:
-        g = torch.Generator().manual_seed(88)
-        t_q, t_k, d, b = 4, 10, 3, 4
-        q = torch.randn(t_q, d, generator=g, dtype=torch.float64)
-        k = torch.randn(t_k, d, generator=g, dtype=torch.float64)
-        v = torch.randn(t_k, d, generator=g, dtype=torch.float64)
-        k[7] = 3 * q.sum(0)  # 让最后一块里出现更大的分数，逼出修正因子
-        scores = q @ k.T / math.sqrt(d)  # (T_q, T_k)
-        m = torch.full((t_q,), float("-inf"), dtype=torch.float64)
-        l = torch.zeros(t_q, dtype=torch.float64)
-        acc = torch.zeros(t_q, d, dtype=torch.float64)
-        for start in range(0, t_k, b):
-            out = f(m.clone(), l.clone(), acc.clone(), scores[:, start:start + b].clone(), v[start:start + b].clone())
-            if not (isinstance(out, tuple) and len(out) == 3):
-                raise Mistake("应返回三个张量组成的元组 (m_new, l_new, acc_new)。", key="type")
-            m_ref, l_ref, acc_ref = _flash_step_reference(m, l, acc, scores[:, start:start + b], v[start:start + b])
-            m_new = _tensor(out[0], "m_new", (t_q,))
-            l_new = _tensor(out[1], "l_new", (t_q,))
-            acc_new = _tensor(out[2], "acc_new", (t_q, d))
-            where = f"读入第 {start // b + 1} 块（键 {start}–{min(start + b, t_k) - 1}）后"
-            if not torch.allclose(m_new, m_ref):
-                raise Mistake(f"{where}：m_new 应是 max(m, 这一块每行的最大分数)。", key="running_max")
-            if not torch.allclose(l_new, l_ref, atol=1e-8):
-                if start > 0 and torch.allclose(l_new, l + torch.exp(scores[:, start:start + b] - m_ref[:, None]).sum(-1)):
-                    raise Mistake(f"{where}：l_new 不对——旧的 l 要先乘修正因子 e^{{m − m_new}}。", key="no_l_rescale")
-                raise Mistake(f"{where}：l_new 应为 l·e^{{m − m_new}} + Σ_j e^{{s_j − m_new}}。", key="values")
-            if not torch.allclose(acc_new, acc_ref, atol=1e-8):
-                p = torch.exp(scores[:, start:start + b] - m_ref[:, None])
-                if start > 0 and torch.allclose(acc_new, acc + p @ v[start:start + b]):
-                    raise Mistake(f"{where}：acc_new 不对——l 修正了，但累加器 acc 也要乘同一个修正因子 e^{{m − m_new}}。", key="no_acc_rescale")
-                raise Mistake(f"{where}：acc_new 应为 acc·e^{{m − m_new}} + P·v，P = e^{{s − m_new}}（不要在这里除以 l）。", key="normalised_acc")
-            m, l, acc = m_new, l_new, acc_new
-        expected = scores.softmax(-1) @ v
-        if not torch.allclose(acc / l[:, None], expected, atol=1e-8):
-            raise Mistake("每一步都对，但 acc / l 与注意力输出不一致——请检查返回值的顺序 (m, l, acc)。", key="order")
-
-    return run_checks("练习 2 FlashAttention 的一步更新", fn, [("逐块更新 m、l、acc，最后 acc / l 等于注意力输出", body)])
+# ---- 练习（找错）：FlashAttention 的一步更新 ---------------------------------------------------------
 
 
 def _flash_step_reference(m, l, acc, s, v):
@@ -133,76 +43,177 @@ def _flash_step_reference(m, l, acc, s, v):
     return m_new, l * corr + p.sum(-1), acc * corr[:, None] + p @ v
 
 
-# ---- 练习 3：QKᵀ 的 FLOPs ------------------------------------------------------------------------
-_FLOP_CASES = [(1, 4, 4, 16, 4), (2, 10, 10, 512, 8), (3, 7, 13, 64, 4), (1, 1, 100, 256, 16)]
+def _triple(out: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        raise Mistake(f"应返回三个张量组成的元组 (m_new, l_new, acc_new)，你返回的是 {type(out).__name__}", key="type")
+    return tuple(as_tensor(x, name) for x, name in zip(out, ("m_new", "l_new", "acc_new")))  # type: ignore[return-value]
 
 
-def check_qk_flops(fn: Callable[[int, int, int, int, int], int]) -> CheckResult:
-    """练习 3：``fn(batch, t_q, t_k, d_model, n_heads)`` 应返回多头注意力里 QKᵀ 这一步的 FLOPs
-    （一次乘加 = 2 FLOPs），即 ``2·B·h·T_q·T_k·d_k``。"""
+def check_flash_step(fn: Callable, *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(m, l, acc, s, v) -> (m_new, l_new, acc_new)``：读入一块键/值后的更新。
 
-    def body(f: Callable) -> None:
-        for B, tq, tk, d, h in _FLOP_CASES:
-            got = f(B, tq, tk, d, h)
-            try:
-                got = int(got)
-            except (TypeError, ValueError) as exc:
-                raise Mistake(f"应返回一个整数，收到 {got!r}", key="type") from exc
-            expected = attention_flops(B, tq, tk, d, h)["scores"]
-            if got == expected:
-                continue
-            d_k = d // h
-            where = f"(B={B}, T_q={tq}, T_k={tk}, d_model={d}, h={h})"
-            hints = [
-                (expected // 2, "no_factor_2", "少了因子 2：一次乘加（multiply-add）算 2 次浮点运算。"),
-                (2 * B * tq * tk * d_k, "no_heads", "少乘了头数 h：每个头各做一次 (T_q × d_k) @ (d_k × T_k)。"),
-                (2 * B * h * tq * tq * d_k, "t_q_squared", "分数表是 T_q × T_k，不是 T_q × T_q（交叉注意力时两者不同）。"),
-                (2 * B * h * tq * tk * d, "d_model_per_head", "每个头的向量长度是 d_k = d_model / h，不是 d_model。"),
-            ]
-            for wrong, key, hint in hints:
-                if got == wrong:
-                    raise Mistake(f"{where}：{hint}", key=key)
-            raise Mistake(f"{where}：期望 {expected}，得到 {got}。", key="values")
+    形状：``m``、``l`` ``(T_q,)``，``acc`` ``(T_q, d_v)``，``s`` 是这一块的分数 ``(T_q, b)``（已除以 √d_k），
+    ``v`` 是这一块的值 ``(b, d_v)``。从 ``m=-inf、l=0、acc=0`` 开始反复调用它读完所有块后，
+    ``acc / l`` 应等于注意力输出 ``softmax(s) v``。大小随机，后面的块里故意放进更大的分数（逼出修正因子）。
+    """
 
-    return run_checks("练习 3 QKᵀ 的 FLOPs", fn, [("多组 (B, T_q, T_k, d_model, h)，含交叉注意力", body)])
+    def one(f, g: torch.Generator) -> None:
+        t_q, t_k, d, b = draw_int(g, 1, 5), draw_int(g, 4, 13), draw_int(g, 1, 6), draw_int(g, 2, 5)
+        q = torch.randn(t_q, d, generator=g, dtype=torch.float64)
+        k = torch.randn(t_k, d, generator=g, dtype=torch.float64)
+        v = torch.randn(t_k, d, generator=g, dtype=torch.float64)
+        k[t_k - 1] = 3 * q.sum(0) / max(1.0, float(q.sum(0).norm()))  # 最后一块里的分数更大
+        scores = q @ k.T / math.sqrt(d)  # (T_q, T_k)
+        scores[:, -1] += 4.0
+        m = torch.full((t_q,), float("-inf"), dtype=torch.float64)
+        l = torch.zeros(t_q, dtype=torch.float64)
+        acc = torch.zeros(t_q, d, dtype=torch.float64)
+        for start in range(0, t_k, b):
+            s_blk, v_blk = scores[:, start:start + b], v[start:start + b]
+            m_new, l_new, acc_new = _triple(f(m.clone(), l.clone(), acc.clone(), s_blk.clone(), v_blk.clone()))
+            m_ref, l_ref, acc_ref = _flash_step_reference(m, l, acc, s_blk, v_blk)
+            p = torch.exp(s_blk - m_ref[:, None])
+            where = f"T_q={t_q}、块宽 {b}：读入第 {start // b + 1} 块（键 {start}–{min(start + b, t_k) - 1}）后"
+            compare(m_new, m_ref, what=f"{where}的 m_new", atol=1e-9, default_hint=f"{where}：m_new 应是 max(m, 这一块每行的最大分数)")
+            compare(l_new, l_ref, what=f"{where}的 l_new", atol=1e-9, variants=[
+                Variant("no_l_rescale", f"{where}：l_new 不对——旧的 l 要先乘修正因子 e^(m − m_new)", l + p.sum(-1)),
+                Variant("inverted_correction", f"{where}：修正因子写反了，应是 e^(m − m_new)（≤ 1），不是 e^(m_new − m)",
+                        torch.nan_to_num(l * torch.exp(m_ref - m), nan=0.0) + p.sum(-1)),
+            ], default_hint=f"{where}：l_new 应为 l·e^(m − m_new) + Σ_j e^(s_j − m_new)")
+            compare(acc_new, acc_ref, what=f"{where}的 acc_new", atol=1e-9, variants=[
+                Variant("no_acc_rescale", f"{where}：acc_new 不对——l 修正了，但累加器 acc 也要乘同一个修正因子 e^(m − m_new)",
+                        acc + p @ v_blk),
+                Variant("normalised_acc", f"{where}：acc_new 里不要除以 l——归一化留到最后一步（acc / l）",
+                        acc_ref / l_ref[:, None]),
+                Variant("inverted_correction", f"{where}：修正因子写反了，应是 e^(m − m_new)（≤ 1），不是 e^(m_new − m)",
+                        torch.nan_to_num(acc * torch.exp(m_ref - m)[:, None], nan=0.0) + p @ v_blk),
+            ], default_hint=f"{where}：acc_new 应为 acc·e^(m − m_new) + P·v，P = e^(s − m_new)")
+            m, l, acc = m_new, l_new, acc_new
+        assert torch.allclose(acc / l[:, None], scores.softmax(-1) @ v, atol=1e-8)  # 参考答案的自检
+
+    def values(f):
+        for g in random_cases(6, seed=81):
+            one(f, g)
+
+    return run_checks("FlashAttention 的一步更新", fn, [("随机大小，逐块更新 m、l、acc", values)], verbose=verbose)
 
 
-# ---- 练习 4：KV 缓存每个词元的字节数 -----------------------------------------------------------------
-def check_kv_cache_bytes(fn: Callable[[TransformerConfig, int], int]) -> CheckResult:
-    """练习 4：``fn(config, bytes_per_element)`` 应返回解码器每多生成一个词元时，
-    自注意力 K/V 缓存增加的字节数（一条序列），即 ``2 · N_dec · d_model · bytes``。"""
+# ---- 练习（推导并核对）：解码器层的交叉点长度 ---------------------------------------------------------
 
-    def body(f: Callable) -> None:
-        configs = [
-            TransformerConfig(100, 100, d_model=512, n_heads=8, n_encoder_layers=6, n_decoder_layers=6),
-            TransformerConfig(100, 100, d_model=64, n_heads=4, n_encoder_layers=3, n_decoder_layers=2),
-            TransformerConfig(100, 100, d_model=256, n_heads=16, n_encoder_layers=1, n_decoder_layers=4),
-        ]
-        for c in configs:
-            for e in (4, 2):
-                got = f(c, e)
-                try:
-                    got = int(got)
-                except (TypeError, ValueError) as exc:
-                    raise Mistake(f"应返回一个整数（字节数），收到 {got!r}", key="type") from exc
-                expected = kv_cache_bytes_per_token(c, e)
-                if got == expected:
-                    continue
-                n, d = c.n_decoder_layers, c.d_model
-                where = f"(N_dec={n}, N_enc={c.n_encoder_layers}, d_model={d}, h={c.n_heads}, 每个数 {e} 字节)"
-                hints = [
-                    (expected // 2, "no_factor_2", "K 和 V 是两份，要乘 2。"),
-                    (2 * d * e, "no_layers", "每个解码器层都有自己的 K/V 缓存，要乘层数 N_dec。"),
-                    (2 * c.n_encoder_layers * d * e, "encoder_layers",
-                     "缓存在解码器里：层数用 n_decoder_layers，不是 n_encoder_layers。"),
-                    (2 * n * c.d_k * e, "d_k", "每层缓存全部 h 个头的 K、V，合起来是 d_model 维，不是 d_k。"),
-                    (2 * n * d, "no_bytes", "忘了乘每个数的字节数 bytes_per_element。"),
-                    (4 * n * d * e, "cross_attention",
-                     "交叉注意力的 K/V 来自编码器输出，只算一次、不随生成的词元增长，不要计入。"),
-                ]
-                for wrong, key, hint in hints:
-                    if got == wrong:
-                        raise Mistake(f"{where}：{hint}", key=key)
-                raise Mistake(f"{where}：期望 {expected}，得到 {got}。", key="values")
 
-    return run_checks("练习 4 KV 缓存每个词元的字节数", fn, [("与 kv_cache_bytes_per_token 一致", body)])
+def _split_flops(d: int, d_ff: int, T: int) -> tuple[int, int]:
+    """解码器层（S = T）的 FLOPs 拆成 (随长度平方增长的部分, 线性部分)。"""
+    cfg = TransformerConfig(10, 10, d_model=d, n_heads=1, d_ff=d_ff)
+    parts = decoder_layer_flops(cfg, 1, T, T)
+    quad = sum(v for k, v in parts.items() if k.endswith(("scores", "weighted_sum")))
+    return quad, parts["total"] - quad
+
+
+def check_decoder_crossover(fn: Callable[[int, int], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(d_model, d_ff) -> T*``：源句与目标一样长（S = T）时，解码器层里随长度平方增长的 FLOPs
+    （自注意力与交叉注意力的 QKᵀ、AV）等于线性部分（各个投影与前馈网络）的长度。答案 ``2·d_model + d_ff/2``。"""
+
+    def one(f, d: int, d_ff: int) -> None:
+        ref = 2 * d + d_ff / 2
+        if d_ff % 2 == 0:  # 参考答案的自检：在 T* 处两部分恰好相等
+            quad, lin = _split_flops(d, d_ff, int(ref))
+            assert quad == lin, (d, d_ff, quad, lin)
+        compare_number(f(d, d_ff), ref, what=f"d_model={d}、d_ff={d_ff} 时的交叉点", rtol=1e-9, atol=1e-6, variants=[
+            Variant("encoder_formula", "这是编码器层的交叉点 2d + d_ff；解码器层还有交叉注意力：它的 QKᵀ、AV 也随长度平方增长"
+                    "（S = T 时），投影也多了四个", 2 * d + d_ff),
+            Variant("missed_cross_quadratic", "只算了交叉注意力的投影，没算它的 QKᵀ 与 AV：S = T 时它们同样 ∝ T²",
+                    4 * d + d_ff),
+            Variant("cross_kv_constant", "交叉注意力的 K、V 投影作用在 S = T 个源词元上，也随长度线性增长，要算进线性部分",
+                    1.5 * d + d_ff / 2),
+            Variant("no_factor_two_ffn", "前馈网络是两个线性层 d → d_ff → d，共 4·B·T·d·d_ff FLOPs", 2 * d + d_ff / 4),
+        ])
+
+    def values(f):
+        for g in random_cases(6, seed=82):
+            one(f, 8 * draw_int(g, 2, 256), 2 * draw_int(g, 16, 4096))
+
+    def odd_ff(f):
+        one(f, 96, 257)
+
+    return run_checks("解码器层的交叉点长度", fn, [
+        ("随机的 d_model 与 d_ff", values),
+        ("d_ff 为奇数（交叉点不是整数）", odd_ff),
+    ], verbose=verbose)
+
+
+# ---- 练习（预测再验证）：逐块注意力的最大中间张量 -----------------------------------------------------
+
+
+def check_tiled_peak_bytes(fn: Callable[[int, int, int, int, int], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(batch, heads, n, d_k, block_size) -> bytes``：对 float32 的自注意力输入 ``(B, h, n, d_k)``
+    （``d_v = d_k``）运行 ``tiled_attention(q, k, v, block_size=…)`` 时，途中最大的一个张量占多少字节。
+    检查器用 :func:`~tformer_lib.costs.largest_tensor_bytes` 实测后比较。"""
+
+    def one(f, B: int, h: int, n: int, d_k: int, b: int) -> None:
+        g = torch.Generator().manual_seed(B * 1000 + h * 100 + n)
+        q, k, v = (torch.randn(B, h, n, d_k, generator=g) for _ in range(3))  # (B, h, n, d_k)
+        measured = largest_tensor_bytes(lambda: tiled_attention(q, k, v, block_size=b))
+        tile, full = 4 * B * h * n * min(b, n), 4 * B * h * n * n
+        compare_number(f(B, h, n, d_k, b), measured, what=f"(B={B}, h={h}, n={n}, d_k={d_k}, 块宽 {b}) 的最大张量字节数",
+                       rtol=0, atol=0.5, variants=[
+                           Variant("full_table", "这是整张分数表 (B, h, n, n) 的大小；逐块计算时只有 (B, h, n, 块宽) 的一小条",
+                                   full),
+                           Variant("tile_only", "分数块不一定是最大的：块宽小于 d_k 时，累加器 acc 与输出 (B, h, n, d_k) 更大",
+                                   tile),
+                           Variant("block_over_n", "块宽比 n 还大时，最后（也是唯一）一块只有 n 列", 4 * B * h * n * max(b, d_k)),
+                           Variant("no_bytes", "float32 每个数 4 个字节：元素个数还要乘 4", measured / 4),
+                           Variant("no_batch_heads", "分数块与累加器对每个句子、每个头各有一份：要乘 B·h", measured / (B * h)),
+                       ])
+
+    def values(f):
+        for g in random_cases(6, seed=83):
+            one(f, draw_int(g, 1, 3), draw_int(g, 1, 4), draw_int(g, 8, 96), draw_choice(g, [4, 8, 16, 32]),
+                draw_choice(g, [2, 5, 8, 16, 32, 64, 128]))
+
+    def corners(f):
+        one(f, 1, 2, 40, 8, 64)  # 块宽比 n 大
+        one(f, 2, 2, 50, 32, 8)  # 块宽比 d_k 小
+
+    return run_checks("逐块注意力的最大中间张量", fn, [
+        ("随机大小，与实测比较", values),
+        ("块宽比 n 大、比 d_k 小", corners),
+    ], verbose=verbose)
+
+
+# ---- 练习（扩展）：分组查询注意力的 KV 缓存 -----------------------------------------------------------
+
+
+def check_gqa_kv_bytes(fn: Callable[[int, int, int, int, int], Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(n_layers, d_model, n_heads, n_kv_heads, bytes_per_element) -> bytes``：分组查询注意力
+    （grouped-query attention, GQA）的解码器每生成一个词元、一条序列的自注意力 K/V 缓存增加多少字节。
+    答案 ``2 · n_layers · n_kv_heads · (d_model / n_heads) · bytes``；``n_kv_heads == n_heads`` 时就是普通多头注意力。"""
+
+    def one(f, L: int, d: int, h: int, kv: int, e: int) -> None:
+        d_k = d // h
+        ref = 2 * L * kv * d_k * e
+        compare_number(f(L, d, h, kv, e), ref, what=f"(层数 {L}, d_model={d}, h={h}, n_kv_heads={kv}, {e} 字节/数)",
+                       rtol=0, atol=0.5, variants=[
+                           Variant("mha", "这是普通多头注意力的缓存：GQA 只为 n_kv_heads 个 K/V 头存缓存，"
+                                   "每个 K/V 头由 n_heads / n_kv_heads 个查询头共用", 2 * L * d * e),
+                           Variant("no_factor_2", "K 和 V 是两份，要乘 2", L * kv * d_k * e),
+                           Variant("no_layers", "每个解码器层都有自己的 K/V 缓存，要乘层数", 2 * kv * d_k * e),
+                           Variant("d_model_per_kv_head", "每个 K/V 头的维度是 d_k = d_model / n_heads，不是 d_model",
+                                   2 * L * kv * d * e),
+                           Variant("group_size", "缓存的是 n_kv_heads 个头，不是组大小 n_heads / n_kv_heads 个",
+                                   2 * L * (h // kv) * d_k * e),
+                           Variant("no_bytes", "忘了乘每个数的字节数 bytes_per_element", 2 * L * kv * d_k),
+                       ])
+
+    def values(f):
+        for g in random_cases(6, seed=84):
+            h = draw_choice(g, [8, 16, 32, 64])
+            kv = draw_choice(g, [x for x in (1, 2, 4, 8) if h % x == 0 and x < h])
+            one(f, draw_int(g, 2, 48), h * draw_choice(g, [32, 64, 128]), h, kv, draw_choice(g, [1, 2, 4]))
+
+    def mha_case(f):
+        one(f, 6, 512, 8, 8, 4)  # n_kv_heads = n_heads：退化成普通多头注意力
+
+    return run_checks("分组查询注意力的 KV 缓存", fn, [
+        ("随机的层数、头数与 K/V 头数", values),
+        ("n_kv_heads = n_heads", mha_case),
+    ], verbose=verbose)

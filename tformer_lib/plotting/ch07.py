@@ -1,4 +1,5 @@
-"""第 7 章的图：训练时实时刷新的损失曲线（训练器回调）、几条训练曲线的对比、几个模型在各划分上的得分柱状图。"""
+"""第 7 章的图：训练时实时刷新的损失曲线（训练器回调）、几条训练曲线的对比、几个模型在各划分上的得分柱状图、
+几组多种子训练的损失曲线（每个种子一条线，同组同色）。"""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 
 from tformer_lib.plotting._common import check_positive_int, new_figure
 
-__all__ = ["LiveLossPlot", "plot_loss_curves", "plot_score_bars"]
+__all__ = ["LiveLossPlot", "plot_loss_curves", "plot_score_bars", "plot_seed_runs"]
 
 
 def _smooth(y: np.ndarray, window: int) -> np.ndarray:
@@ -65,6 +66,55 @@ def plot_loss_curves(
     ax.grid(alpha=0.3)
     return fig
 
+
+
+_GROUP_COLORS = ("#C44E52", "#4C72B0", "#55A868", "#8172B3")
+
+
+def plot_seed_runs(
+    groups: Mapping[str, Sequence[Sequence[float]]],
+    *,
+    smooth: int = 1,
+    lr: Sequence[float] | None = None,
+    hline: tuple[float, str] | None = None,
+    title: str | None = None,
+    ylabel: str = "训练损失",
+    ax=None,
+):
+    """几组多种子训练的逐步损失：``groups`` 是 ``{组名: [种子 0 的每步损失, 种子 1 的……]}``，同组同色、每个种子一条线。
+
+    ``lr`` 给出时在右侧纵轴画学习率（灰色点线），``hline=(数值, 说明)`` 画一条水平参考线（例如只按词频猜的损失）。
+    """
+    if not groups:
+        raise ValueError("groups 为空：至少需要一组曲线")
+    smooth = check_positive_int(smooth, "smooth")
+    if ax is None:
+        fig, ax = new_figure((7.4, 4.0))
+    else:
+        fig = ax.figure
+    for gi, (name, runs) in enumerate(groups.items()):
+        if len(runs) == 0:
+            raise ValueError(f"groups[{name!r}] 里没有任何一次运行")
+        color = _GROUP_COLORS[gi % len(_GROUP_COLORS)]
+        for ri, values in enumerate(runs):
+            y = np.asarray(list(values), dtype=float)
+            if y.ndim != 1 or len(y) == 0:
+                raise ValueError(f"groups[{name!r}][{ri}] 应是非空的一维数值序列，收到形状 {y.shape}")
+            x = np.arange(1, len(y) + 1)
+            ax.plot(x, _smooth(y, smooth), "-", color=color, lw=1.4, alpha=0.85,
+                    label=f"{name}（{len(runs)} 个种子）" if ri == 0 else None)
+    if hline is not None:
+        ax.axhline(hline[0], color="black", ls="--", lw=1, label=hline[1])
+    ax.set_xlabel("训练步数 step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if lr is not None:
+        lr_ax = ax.twinx()
+        lr_ax.plot(np.arange(1, len(lr) + 1), list(lr), ":", color="gray", lw=1.2)
+        lr_ax.set_ylabel("学习率（灰色点线）")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title(title if title is not None else "多个种子的训练损失")
+    return fig
 
 def plot_score_bars(
     scores: Mapping[str, Mapping[str, float]],

@@ -290,3 +290,4 @@ def plot_kv_cache_schedule(n_steps: int = 6, *, tokens: Sequence[str] | None = N
     if title:
         fig.suptitle(title)
     return fig
+

@@ -1,0 +1,68 @@
+"""基准测试的库代码：交替计时的结构、比值的统计、随包结果文件的内容（计时的数值本身不检查）。"""
+
+import json
+
+import pytest
+import torch
+
+from tformer_lib import TransformerConfig, count_parameters, make_model
+from tformer_lib.benchmarking import (
+    RESULTS_PATH,
+    TorchTransformerModel,
+    benchmark_attention_paths,
+    benchmark_train_step,
+    interleaved,
+    interleaved_samples,
+    load_results,
+    machine_info,
+    ratio_summary,
+    save_results,
+)
+
+
+def test_interleaved_runs_each_function_once_per_round_in_order():
+    calls = []
+    samples = interleaved_samples({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3, warmup=1)
+    assert calls == ["a", "b"] * 4
+    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
+    assert set(interleaved({"x": lambda: None}, rounds=2)) == {"x"}
+    with pytest.raises(ValueError, match="rounds"):
+        interleaved_samples({"a": lambda: None}, rounds=0)
+
+
+def test_ratio_summary_quartiles():
+    r = ratio_summary([1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 1.0, 1.0, 1.0, 1.0])
+    assert r["ratios"] == [1.0, 2.0, 3.0, 4.0, 5.0] and (r["q1"], r["median"], r["q3"]) == (2.0, 3.0, 4.0)
+    assert ratio_summary([2.0], [1.0])["median"] == 2.0
+    with pytest.raises(ValueError, match="一样多"):
+        ratio_summary([1.0], [1.0, 2.0])
+
+
+def test_torch_twin_has_the_same_flops_and_two_more_layernorms():
+    c = TransformerConfig(50, 60, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
+    ours, theirs = make_model(c), TorchTransformerModel(c)
+    assert count_parameters(theirs) - count_parameters(ours) == 2 * 2 * c.d_model
+    out = theirs(torch.randint(4, 50, (2, 5)), torch.randint(4, 60, (2, 7)))
+    assert out.shape == (2, 7, 60)
+
+
+def test_benchmarks_return_per_round_samples_and_save_roundtrip(tmp_path):
+    c = TransformerConfig(50, 50, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1,
+                          fast_attention=True)
+    res = benchmark_train_step(c, batch=4, length=6, rounds=2, warmup=0)
+    assert len(res["seconds"]["ours"]) == len(res["ratio"]["ratios"]) == 2
+    att = benchmark_attention_paths([8], rounds=2, batch=2, d_model=16, n_heads=2, warmup=0)
+    assert att[0]["length"] == 8 and len(att[0]["seconds"]["fast"]) == 2
+    result = {"machine": machine_info(), "train_step": {"small": res}, "attention": att}
+    path = save_results(result, tmp_path / "r.json")
+    assert load_results(path) == json.loads(json.dumps(result))
+    with pytest.raises(FileNotFoundError, match="train_step.py"):
+        load_results(tmp_path / "missing.json")
+
+
+def test_shipped_results_say_where_and_when_they_were_measured():
+    assert RESULTS_PATH.exists()
+    res = load_results()
+    assert {"cpu", "threads", "torch", "date"} <= set(res["machine"])
+    assert res["train_step"]["small"]["rounds"] >= 10
+    assert [a["length"] for a in res["attention"]] == [64, 128, 256, 512]
