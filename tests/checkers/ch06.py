@@ -9,8 +9,10 @@ import torch.nn.functional as F
 
 from checkers import Case, Wrong
 from tformer_lib.exercises.checks import check_softmax
+from tformer_lib.decoding import greedy_decode, ids_to_lists, sample_decode
 from tformer_lib.exercises.ch06 import (
     check_cross_entropy,
+    check_greedy_agreement,
     check_log_softmax,
     check_softmax_temperature,
     check_temperature_grad,
@@ -152,4 +154,23 @@ TOP_K = Case(check_top_k_probs, ref_top_k, wrong=[
     Wrong("k_fixed_3", lambda z, k: ref_top_k(z, 3), key="values"),
 ])
 
-CASES = [SOFTMAX, TEMPERATURE, LOG_SOFTMAX, CROSS_ENTROPY, GRAD, TOP_K]
+
+
+# ---- 练习 7（动手实验）：温度与“照抄贪心”的概率 ----
+def ref_greedy_agreement(model, src, temperature, n, generator):
+    greedy = ids_to_lists(greedy_decode(model, src))[0]  # 贪心译文（截到 EOS）
+    samples = sample_decode(model, src.expand(n, -1), temperature=temperature,
+                            generator=generator)  # (n, L)：一次采 n 句
+    same = [s == greedy for s in ids_to_lists(samples)]
+    return sum(same) / n
+
+
+AGREEMENT = Case(check_greedy_agreement, ref_greedy_agreement, returns="number", wrong=[
+    Wrong("hard_coded", lambda *a: 0.8125, key="constant"),
+    Wrong("count", lambda m, s, t, n, g: ref_greedy_agreement(m, s, t, n, g) * n, key="count"),
+    Wrong("temperature_ignored", lambda m, s, t, n, g: ref_greedy_agreement(m, s, 1.0, n, g),
+          key="temperature_ignored"),
+    Wrong("squared", lambda m, s, t, n, g: ref_greedy_agreement(m, s, t, n, g) ** 2, key="values"),
+])
+
+CASES = [SOFTMAX, TEMPERATURE, LOG_SOFTMAX, CROSS_ENTROPY, GRAD, TOP_K, AGREEMENT]

@@ -62,6 +62,7 @@ from tformer_lib.exercises.ch08 import (
 # --- ch06 ---
 from tformer_lib.exercises.ch06 import (
     check_cross_entropy,
+    check_greedy_agreement,
     check_log_softmax,
     check_softmax_temperature,
     check_temperature_grad,

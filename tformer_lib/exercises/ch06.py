@@ -1,5 +1,5 @@
 """第 6 章练习的检查器（checker）：带温度的 softmax、数值稳定的 log-softmax（找错：减了全局最大值）、top-k 分布、
-由 logits 算交叉熵、带温度的交叉熵的梯度（推导并核对）。
+由 logits 算交叉熵、带温度的交叉熵的梯度（推导并核对）、温度与“照抄贪心”的概率（动手实验）。
 
 用 :mod:`tformer_lib.exercises._core` 的框架：桩 → “⏳ 尚未完成”（不抛异常）；通过 → ✅；
 未通过 → ❌ 加一句点名常见错误的提示（温度乘反了、先 softmax 后除温度、log(softmax) 下溢成 −inf、
@@ -8,6 +8,7 @@ logsumexp 不减最大值而溢出、top-k 之后忘了重新归一化、交叉�
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,
     Variant,
+    as_number,
     as_tensor,
     compare,
     draw_int,
@@ -31,6 +33,8 @@ __all__ = [
     "check_top_k_probs",
     "check_cross_entropy",
     "check_temperature_grad",
+    "check_greedy_agreement",
+    "exact_greedy_agreement",
 ]
 
 
@@ -327,3 +331,76 @@ def check_temperature_grad(fn: Callable[[torch.Tensor, int, float], Any], *, ver
                     default_hint="先写前向：L = −(z_y / T) + logsumexp(z / T)，再对每个 z_i 求导")
 
     return run_checks("带温度的交叉熵的梯度", fn, [("与自动求导一致（几组随机的 V 与 T）", values)], verbose=verbose)
+
+
+# ---- 练习：温度与“照抄贪心”的概率（动手实验） ---------------------------------------------------------------
+
+_AGREEMENT_CASES = (("人工智能", 1.0, 11), ("狗 咬 人", 1.2, 12), ("人工智能", 1.5, 13))
+_AGREEMENT_N = 300
+
+
+@functools.lru_cache(maxsize=1)
+def _toy_model():
+    """第 5、6 章的玩具翻译模型（随库附带，读一次后缓存）。"""
+    from tformer_lib.pretrained import load_or_train_toy_model
+
+    with torch.random.fork_rng(devices=[]):
+        model, src_vocab, _, _ = load_or_train_toy_model()
+    return model.eval(), src_vocab
+
+
+def exact_greedy_agreement(model, src: torch.Tensor, temperature: float) -> float:
+    """按温度 T 采样时，整句恰好等于贪心译文的精确概率：每一步选中贪心那个词的概率之积（教师强制一次算出）。"""
+    from tformer_lib.decoding import forbid_special_tokens, greedy_decode
+    from tformer_lib.specials import BOS, EOS
+
+    with torch.no_grad():
+        ids = greedy_decode(model, src)[0].tolist()
+        if EOS not in ids:
+            raise ValueError("贪心译文在 max_len 之内没有结束，精确概率不好定义")
+        seq = torch.tensor([ids[: ids.index(EOS) + 1]])  # (1, L)：含最后的 EOS
+        tgt_in = torch.cat([torch.tensor([[BOS]]), seq[:, :-1]], dim=1)  # (1, L)
+        logits = forbid_special_tokens(model(src, tgt_in)[0], [model.config.pad_id, BOS])  # (L, V)
+        log_p = (logits.double() / temperature).log_softmax(dim=-1).gather(-1, seq[0][:, None])  # (L, 1)
+    return float(log_p.sum().exp())
+
+
+def check_greedy_agreement(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(model, src, temperature, n, generator) -> float``：用 ``sample_decode`` 按温度采 ``n`` 句译文，
+    与贪心译文完全相同的比例。
+
+    检查器在本章的玩具模型上、用几句原文和几个温度调用它，与 :func:`exact_greedy_agreement` 算出的精确概率比较，
+    容许采样误差（约 4.5 个标准差）。认得：返回了次数而不是比例；温度没有起作用；比例写死。
+    """
+    def values(f):
+        model, src_vocab = _toy_model()
+        n = _AGREEMENT_N
+        results = []
+        for zh, t, seed in _AGREEMENT_CASES:
+            model.eval()
+            src = torch.tensor([src_vocab.encode(zh.split())])  # (1, S)
+            call = f"greedy_agreement(model, “{zh}”, temperature={t:g}, n={n}, generator)"
+            got = as_number(f(model, src.clone(), t, n, torch.Generator().manual_seed(seed)), f"{call} 的结果")
+            results.append((call, src, t, got))
+        if len({got for *_, got in results}) == 1:
+            raise Mistake(f"原文和温度都换了，你的函数总是返回 {results[0][3]:g}：是不是写死了一个数？"
+                          "要真的采样：sample_decode(model, src.expand(n, -1), temperature=…, generator=generator)。",
+                          key="constant")
+        for call, src, t, got in results:
+            p = exact_greedy_agreement(model, src, t)
+            tol = 4.5 * (p * (1 - p) / n) ** 0.5 + 2.0 / n
+            if abs(got - p) <= tol:
+                continue
+            if got > 1 and abs(got / n - p) <= tol:
+                raise Mistake(f"{call} 返回了 {got:g}：这是次数。要返回比例（相同的句数 ÷ n），在 0 和 1 之间。",
+                              key="count")
+            p1 = exact_greedy_agreement(model, src, 1.0)
+            if t != 1.0 and abs(got - p1) <= 4.5 * (p1 * (1 - p1) / n) ** 0.5 + 2.0 / n:
+                raise Mistake(f"{call} 的结果 {got:.3f} 像是 T = 1 时的比例（约 {p1:.3f}）：温度没有起作用。"
+                              "把 temperature 传给 sample_decode。", key="temperature_ignored")
+            raise Mistake(f"{call} 返回 {got:.3f}，按每一步概率算出的精确值是 {p:.3f}（{n} 次采样的误差约为 "
+                          f"±{tol:.3f}）。一次采 n 句：sample_decode(model, src.expand(n, -1), temperature=…, "
+                          "generator=generator)，再逐句与 greedy_decode 的结果比较（截到 EOS）。", key="values")
+
+    return run_checks("温度与“照抄贪心”的概率", fn,
+                      [("与精确概率相符（几句原文、几个温度，容许采样误差）", values)], verbose=verbose)
