@@ -1,0 +1,169 @@
+"""第 9–10 章（语言模型）的图：BPE 学到了什么、采样前后的下一个字分布、某个位置看向前文的注意力、
+各种结构改动的多种子验证损失与代价（参数量、K/V 缓存、吞吐）。
+
+都是纯函数：给数据（数组、字典），返回 ``matplotlib.figure.Figure``；算这些数据的代码在
+:mod:`tformer_lib.text.explain`、:mod:`tformer_lib.lm` 与 :mod:`tformer_lib.modern_variants` 里。
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tformer_lib.plotting._common import blank_figure, check_labels, new_figure, to_numpy
+from tformer_lib.plotting.heatmap import plot_heatmap
+
+__all__ = [
+    "plot_merge_kinds",
+    "plot_sampling",
+    "plot_query_attention",
+    "plot_variant_curves",
+    "plot_variant_costs",
+]
+
+_KIND_COLORS = {"字节片段": "#9e9e9e", "单字": "#1f77b4", "多字词": "#d62728"}
+_ARM_COLORS = ["#333333", "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
+
+
+def plot_merge_kinds(counts: Mapping[str, Sequence[int]], *, title: str | None = None, ax=None):
+    """BPE 学到前 k 条合并规则时，三种词元（字节片段 / 单字 / 多字词）各有多少个（:func:`~tformer_lib.text.merge_kind_counts`）。"""
+    if not counts:
+        raise ValueError("counts 为空：应是 {种类: [学到第 1、2、… 条规则时的个数]}")
+    if ax is None:
+        fig, ax = new_figure((6.8, 3.6))
+    else:
+        fig = ax.figure
+    for kind, values in counts.items():
+        y = np.asarray(list(values), dtype=float)
+        if y.ndim != 1 or len(y) == 0:
+            raise ValueError(f"counts[{kind!r}] 应是非空的一维序列")
+        ax.plot(np.arange(1, len(y) + 1), y, lw=1.8, label=kind, color=_KIND_COLORS.get(kind))
+    ax.set_xlabel("已学到的合并规则条数")
+    ax.set_ylabel("合并出的词元个数")
+    ax.legend(loc="upper left")
+    ax.grid(alpha=0.3)
+    ax.set_title(title or "字节级 BPE：先拼出整字，再拼出多字词")
+    return fig
+
+
+def plot_sampling(before: Any, after: Any, labels: Sequence[Any], *, poem: str | None = None,
+                  title: str | None = None, ax=None):
+    """下一个字的分布：灰柱 = 模型原始的 softmax 概率，彩柱 = 经过温度 / top-k / top-p 之后真正用来采样的概率。
+
+    ``before``、``after``：同样长度的一维概率（通常只取原始概率最高的若干个候选）；``labels``：候选字。
+    ``poem`` 给出时在图下方写出用这套设置采样出的一首诗。
+    """
+    b, a = to_numpy(before, "before", 1), to_numpy(after, "after", 1)
+    if b.shape != a.shape:
+        raise ValueError(f"before 与 after 的长度应相同，收到 {b.shape} 与 {a.shape}")
+    names = check_labels(labels, len(b), "labels")
+    if ax is None:
+        fig, ax = new_figure((7.2, 4.4 if poem else 3.4))
+    else:
+        fig = ax.figure
+    x = np.arange(len(b))
+    ax.bar(x - 0.2, b, width=0.4, color="#bdbdbd", label="原始概率 softmax(z)")
+    ax.bar(x + 0.2, a, width=0.4, color="#1f77b4", label="采样用的概率")
+    ax.set_xticks(x, names)
+    ax.set_ylim(0, max(1e-9, float(max(b.max(), a.max()))) * 1.15)
+    ax.set_ylabel("概率")
+    kept = int((a > 0).sum())
+    ax.set_title(title or f"下一个字：图中 {len(b)} 个候选里有 {kept} 个可能被采到")
+    ax.legend(loc="upper right", fontsize=9)
+    if poem:
+        ax.set_xlabel("采样出的诗：" + poem, fontsize=10, loc="left")
+    return fig
+
+
+def plot_query_attention(weights: Any, key_tokens: Sequence[Any] | str, row_labels: Sequence[str], *,
+                         marks: Sequence[int] = (), title: str | None = None, ax=None):
+    """一个查询位置看向前文的注意力：``weights`` ``(R, T_k)``，每行一个（层, 头），列是它之前（含自己）的字。
+
+    ``marks`` 里的列（例如前面的韵脚）在横轴上标成红色。
+    """
+    w = to_numpy(weights, "weights", 2)
+    keys = check_labels(key_tokens, w.shape[1], "key_tokens")
+    rows = check_labels(row_labels, w.shape[0], "row_labels")
+    if ax is None:
+        fig, ax = new_figure((max(6.0, 0.32 * w.shape[1] + 2.0), 0.42 * w.shape[0] + 1.6))
+    else:
+        fig = ax.figure
+    plot_heatmap(w, rows, keys, ax=ax, annotate=False, vmin=0.0, vmax=float(max(w.max(), 1e-9)),
+                 colorbar_label="注意力权重", title=title, cmap="Blues")
+    for i, label in enumerate(ax.get_xticklabels()):
+        if i in set(marks):
+            label.set_color("#d62728")
+            label.set_fontweight("bold")
+    return fig
+
+
+def _arm_runs(results: Mapping[str, Any], arm: str) -> list[tuple[list[int], list[float]]]:
+    out = []
+    for run in results["runs"]:
+        if run["arm"] == arm:
+            out.append(([e["step"] for e in run["evals"]], [e["valid_loss"] for e in run["evals"]]))
+    return out
+
+
+def plot_variant_curves(results: Mapping[str, Any], panels: Mapping[str, Sequence[str]],
+                        labels: Mapping[str, str] | None = None, *, title: str | None = None):
+    """多种子的验证损失曲线：每个面板一组对比（都含基线），每组一种颜色、每个种子一条线。
+
+    ``results``：:func:`~tformer_lib.modern_variants.load_variant_results` 的结果；``panels``：``{面板标题: [组名…]}``。
+    """
+    if not panels:
+        raise ValueError("panels 为空")
+    labels = dict(labels or {})
+    fig = blank_figure((4.0 * len(panels), 3.6))
+    axes = fig.subplots(1, len(panels), squeeze=False)
+    arms_all = list(results["settings"]["arms"])
+    for ax, (name, arms) in zip(axes[0], panels.items()):
+        for arm in arms:
+            runs = _arm_runs(results, arm)
+            if not runs:
+                raise ValueError(f"结果里没有组 {arm!r}")
+            color = _ARM_COLORS[arms_all.index(arm) % len(_ARM_COLORS)]
+            for k, (steps, losses) in enumerate(runs):
+                ax.plot(steps, losses, "-o", ms=2.5, lw=1.3, color=color, alpha=0.85,
+                        label=labels.get(arm, arm) if k == 0 else None)
+        ax.set_title(name)
+        ax.set_xlabel("训练步数 step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("验证损失（每个种子一条线）")
+    lo = min(e["valid_loss"] for r in results["runs"] for e in r["evals"] if e["step"] > 0)
+    hi = max(e["valid_loss"] for r in results["runs"] for e in r["evals"] if e["step"] > 0)
+    for ax in axes[0]:
+        ax.set_ylim(lo - 0.1, hi + 0.1)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_variant_costs(arms: Mapping[str, Mapping[str, float]], labels: Mapping[str, str] | None = None, *,
+                       title: str | None = None):
+    """三个横向柱状图：参数量、每个词元的 K/V 缓存字节数、训练吞吐（tokens/s），每根柱子一种结构。"""
+    if not arms:
+        raise ValueError("arms 为空")
+    labels = dict(labels or {})
+    names = [labels.get(a, a) for a in arms]
+    metrics = [("parameters", "参数量", "{:,.0f}"), ("kv_bytes_per_token", "K/V 缓存（字节/词元）", "{:,.0f}"),
+               ("tokens_per_second", "训练吞吐（tokens/s）", "{:,.0f}")]
+    fig = blank_figure((11.0, 0.36 * len(arms) + 1.4))
+    axes = fig.subplots(1, 3, squeeze=False)
+    y = np.arange(len(arms))
+    for ax, (key, name, fmt) in zip(axes[0], metrics):
+        values = np.array([float(arms[a][key]) for a in arms])
+        ax.barh(y, values, color=[_ARM_COLORS[i % len(_ARM_COLORS)] for i in range(len(arms))])
+        for yi, v in zip(y, values):
+            ax.text(v, yi, " " + fmt.format(v), va="center", fontsize=8)
+        ax.set_xlim(0, values.max() * 1.35)
+        ax.set_yticks(y, names if ax is axes[0][0] else [""] * len(names))
+        ax.invert_yaxis()
+        ax.set_title(name)
+        ax.grid(axis="x", alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    return fig
