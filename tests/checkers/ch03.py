@@ -9,6 +9,7 @@ from tformer_lib import scaled_dot_product_attention
 from tformer_lib.exercises.ch03 import (
     buggy_attention,
     check_fixed_attention,
+    check_min_scale,
     check_self_weight,
     check_softmax_backward,
     check_unit_variance_scale,
@@ -102,3 +103,35 @@ BACKWARD = Case(check_softmax_backward, ref_backward, also_correct=[_via_jacobia
 ])
 
 CASES = [SELF, SCALE, FIXED, BACKWARD]
+
+
+# ---- 练习 5（动手实验）：最小的放大倍数 ----
+def _bisect(top, threshold):
+    lo, hi = 0.0, 1.0
+    while top(hi) < threshold:  # 先找到一个够大的 c
+        hi *= 2
+    for _ in range(50):  # 再二分
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if top(mid) >= threshold else (mid, hi)
+    return hi
+
+
+def ref_min_scale(q, K, threshold):
+    return _bisect(lambda c: scaled_dot_product_attention(c * q[None], K, K)[1].max().item(), threshold)
+
+
+def _coarse(q, K, threshold):  # 只会翻倍、不再二分
+    c = 0.1
+    while scaled_dot_product_attention(c * q[None], K, K)[1].max().item() < threshold:
+        c *= 2
+    return c
+
+
+MIN_SCALE = Case(check_min_scale, ref_min_scale, returns="number", wrong=[
+    Wrong("hard_coded", lambda q, K, t: 4.0),
+    Wrong("no_sqrt_d", lambda q, K, t: _bisect(lambda c: (c * (K @ q)).softmax(-1).max().item(), t), key="no_sqrt_d"),
+    Wrong("not_minimal", _coarse, key="not_minimal"),
+    Wrong("too_small", lambda q, K, t: ref_min_scale(q, K, t) / 2, key="too_small"),
+])
+
+CASES.append(MIN_SCALE)

@@ -32,6 +32,7 @@ from tformer_lib.exercises.ch01 import check_encode, check_mixed_cosine, check_p
 # --- ch03 ---
 from tformer_lib.exercises.ch03 import (
     check_fixed_attention,
+    check_min_scale,
     check_self_weight,
     check_softmax_backward,
     check_unit_variance_scale,

@@ -3,7 +3,8 @@
 - :func:`check_self_weight`（预测再验证）：两两正交的向量做朴素自注意力时，“自己给自己”的权重；
 - :func:`check_unit_variance_scale`（推导并核对）：让分数方差回到 1 的缩放系数；
 - :func:`buggy_attention` + :func:`check_fixed_attention`（找错）：一处只在“方阵”上看不出来的错；
-- :func:`check_softmax_backward`（推导并核对）：不构造雅可比矩阵的 softmax 反向传播。
+- :func:`check_softmax_backward`（推导并核对）：不构造雅可比矩阵的 softmax 反向传播；
+- :func:`check_min_scale`（动手实验）：问题放大多少倍，注意力才几乎只借一本书。
 
 每个检查器都在多组随机尺寸上调用读者的函数（写死的答案过不了），接受任何正确的数值类型
 （Python int/float、NumPy 标量、0 维张量），桩（stub）→ “⏳ 尚未完成”，不抛异常。
@@ -27,6 +28,7 @@ from tformer_lib.exercises._core import (
     compare_number,
     generator,
     run_checks,
+    student_code,
 )
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "buggy_attention",
     "check_fixed_attention",
     "check_softmax_backward",
+    "check_min_scale",
 ]
 
 
@@ -250,3 +253,50 @@ def check_softmax_backward(fn: Callable[..., Any], *, verbose: bool = True) -> C
         ("批量、多头的四维分数", batched),
         ("饱和的大分数", saturated),
     ], verbose=verbose)
+
+
+# ---- 练习（动手实验）：问得多“坚决”，才能只借一本书 --------------------------------------------------------
+
+
+def _top_weight(c: float, q: torch.Tensor, K: torch.Tensor) -> float:
+    _, w = scaled_dot_product_attention(c * q[None], K, K)  # (1, n)
+    return float(w.max())
+
+
+def _min_scale_reference(q: torch.Tensor, K: torch.Tensor, threshold: float) -> float:
+    lo, hi = 0.0, 1.0
+    while _top_weight(hi, q, K) < threshold:
+        hi *= 2
+    for _ in range(60):  # 二分到浮点精度
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _top_weight(mid, q, K) >= threshold else (mid, hi)
+    return hi
+
+
+def check_min_scale(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(q, K, threshold) -> c``：最小的放大倍数 c > 0，使 ``scaled_dot_product_attention(c·q, K, K)``
+    给最匹配的键的权重 ≥ ``threshold``（``q`` 形状 ``(d,)``，``K`` 形状 ``(n, d)``）。允许 0.1% 的相对误差。"""
+
+    def cases(f):
+        g = generator(90)
+        for _ in range(6):
+            n, d = int(torch.randint(3, 8, (1,), generator=g)), int(torch.randint(3, 9, (1,), generator=g))
+            q = torch.randn(d, generator=g, dtype=torch.float64)
+            K = torch.randn(n, d, generator=g, dtype=torch.float64)
+            threshold = round(float(0.55 + 0.4 * torch.rand(1, generator=g)), 3)
+            call = f"min_scale(q {tuple(q.shape)}, K {tuple(K.shape)}, threshold={threshold})"
+            with student_code():
+                got = f(q.clone(), K.clone(), threshold)
+            c = as_number(got, f"{call} 的返回值")
+            want = _min_scale_reference(q, K, threshold)
+            if math.isclose(c, want, rel_tol=1e-3):
+                continue
+            if c > 0 and math.isclose(c, want / math.sqrt(d), rel_tol=1e-3):
+                raise Mistake(f"{call} 返回 {c:.5g}，应为 {want:.5g}：你算的是 softmax(c·K q)，"
+                              "而 scaled_dot_product_attention 还要除以 √d_k", key="no_sqrt_d")
+            reached = c > 0 and _top_weight(c, q, K) >= threshold
+            hint = ("这个 c 已经够了，但不是最小的：把区间继续二分下去" if reached else
+                    "用这个 c，最匹配的键的权重还不到 threshold")
+            raise Mistake(f"{call} 返回 {c:.5g}，应为 {want:.5g}。{hint}", key="not_minimal" if reached else "too_small")
+
+    return run_checks("最小的放大倍数", fn, [("6 组随机的查询、键与阈值", cases)], verbose=verbose)
