@@ -82,8 +82,10 @@ def test_unknown_words_warn_by_default_and_fail_with_strict():
     r = run("translate", "--checkpoint", path, "狗咬人。")
     assert r.returncode == 0 and r.stdout.strip()  # 照常翻译
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("警告：") and "'。'" in r.stderr
+    assert "加 --strict 则报错退出" in r.stderr
     r = run("translate", "--checkpoint", path, "--strict", "狗咬人。")
     assert r.returncode == 1 and r.stdout == "" and r.stderr.startswith("错误：") and "'。'" in r.stderr
+    assert "去掉 --strict 只警告" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 

@@ -304,7 +304,7 @@ def test_default_length_is_capped_by_the_model_and_too_long_max_len_is_a_clear_e
 
 
 def test_translate_reports_unknown_words():
-    from tformer_lib.decoding import UnknownTokenWarning
+    from tformer_lib.decoding import UnknownTokenError, UnknownTokenWarning
 
     src_v = Vocab([f"w{i}" for i in range(16)])
     tgt_v = Vocab([f"e{i}" for i in range(19)])
@@ -312,7 +312,7 @@ def test_translate_reports_unknown_words():
     with pytest.warns(UnknownTokenWarning, match=r"词表外的词 \['。', 'zz'\]（2/3 句，如 'w1 。' 中的 \['。'\]）"):
         out = translate(model, ["w1 。", "w2", "zz w3"], src_v, tgt_v, max_len=3)
     assert len(out) == 3
-    with pytest.raises(ValueError, match=r"sentences 里有词表外的词 \['zz'\].*on_unknown='warn'"):
+    with pytest.raises(UnknownTokenError, match=r"sentences 里有词表外的词 \['zz'\]（'zz w3'）.*on_unknown='warn'"):
         translate(model, "zz w3", src_v, tgt_v, max_len=3, on_unknown="error")
     import warnings
 

@@ -194,7 +194,7 @@ def _check_decoding_options(args) -> None:
 def _cmd_translate(args) -> int:
     import torch
 
-    from .decoding import UnknownTokenWarning, translate
+    from .decoding import UnknownTokenError, UnknownTokenWarning, translate
 
     _check_decoding_options(args)
     model, src_vocab, tgt_vocab, ckpt = _load(args.checkpoint)
@@ -206,12 +206,15 @@ def _cmd_translate(args) -> int:
     gen = torch.Generator().manual_seed(args.seed) if args.method == "sample" else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnknownTokenWarning)
-        outputs = translate(model, sentences, src_vocab, tgt_vocab, method=args.method, beam_size=args.beam_size,
-                            temperature=args.temperature, top_k=args.top_k, generator=gen, tokenize=tokenize,
-                            on_unknown="error" if args.strict else "warn")
+        try:
+            outputs = translate(model, sentences, src_vocab, tgt_vocab, method=args.method,
+                                beam_size=args.beam_size, temperature=args.temperature, top_k=args.top_k,
+                                generator=gen, tokenize=tokenize, on_unknown="error" if args.strict else "warn")
+        except UnknownTokenError as exc:
+            raise CLIError(f"{exc.summary}；请换成词表里的词，或去掉 --strict 只警告") from None
     for w in caught:  # 每个警告一行，不带 Python 的文件名与行号
         if issubclass(w.category, UnknownTokenWarning):
-            print(f"警告：{w.message}", file=sys.stderr)
+            print(f"警告：{w.message.summary}；加 --strict 则报错退出", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     for out in outputs:

@@ -45,11 +45,27 @@ __all__ = [
     "sequence_log_probs",
     "forbid_special_tokens",
     "UnknownTokenWarning",
+    "UnknownTokenError",
 ]
 
 
 class UnknownTokenWarning(UserWarning):
-    """要翻译的句子里有词表外的词（未登录词），它们被当作 ``<unk>``，译文多半不可信。"""
+    """要翻译的句子里有词表外的词（未登录词），它们被当作 ``<unk>``，译文多半不可信。
+
+    ``summary`` 是不带处理建议的那一句说明（命令行用它换上自己的选项名）。
+    """
+
+    def __init__(self, message: str, summary: str = ""):
+        super().__init__(message)
+        self.summary = summary or message
+
+
+class UnknownTokenError(ValueError):
+    """``translate(..., on_unknown="error")`` 遇到词表外的词；``summary`` 同 :class:`UnknownTokenWarning`。"""
+
+    def __init__(self, message: str, summary: str = ""):
+        super().__init__(message)
+        self.summary = summary or message
 
 
 @contextmanager
@@ -413,9 +429,8 @@ def translate(
 def _report_unknown(unknown: dict[str, list[str]], n_sentences: int, on_unknown: str) -> None:
     words = list(dict.fromkeys(w for ws in unknown.values() for w in ws))  # 按出现顺序、去重
     first, first_words = next(iter(unknown.items()))
-    where = f"{len(unknown)}/{n_sentences} 句" if n_sentences > 1 else "句子"
-    text = (f"sentences 里有词表外的词 {words}（{where}，如 {first!r} 中的 {first_words}），"
-            "它们只能当作 <unk>，译文多半不可信")
+    where = f"{len(unknown)}/{n_sentences} 句，如 {first!r} 中的 {first_words}" if n_sentences > 1 else repr(first)
+    text = f"sentences 里有词表外的词 {words}（{where}），它们只能当作 <unk>，译文多半不可信"
     if on_unknown == "error":
-        raise ValueError(f"{text}；请换成词表里的词，或传 on_unknown='warn' 只警告")
-    warnings.warn(f"{text}；传 on_unknown='error' 可改为报错", UnknownTokenWarning, stacklevel=3)
+        raise UnknownTokenError(f"{text}；请换成词表里的词，或传 on_unknown='warn' 只警告", text)
+    warnings.warn(UnknownTokenWarning(f"{text}；传 on_unknown='error' 可改为报错", text), stacklevel=3)
