@@ -30,8 +30,8 @@ TAGS = [TAG, "remove-cell"]
 CELL_ID = "bootstrap"
 
 TEMPLATE = '''\
-# 引导单元：环境里还没有本书的库（例如新开的 Colab）时先安装它；已安装时什么也不做。
-# 由 scripts/sync_bootstrap.py 按 _config.yml 的仓库地址生成，请勿手改。
+# 引导单元：环境里没有本书的库（如新开的 Colab）时先安装它，
+# 已经装好时什么也不做。由 scripts/sync_bootstrap.py 生成，请勿手改。
 import importlib.util
 
 if importlib.util.find_spec("tformer_lib") is None:
