@@ -1,0 +1,57 @@
+"""第 10 章的对比实验：每组只改一项配置、K/V 缓存按 n_kv_heads 缩放、短跑能出结果、随包的结果文件完整且写明出处。"""
+
+import pytest
+import torch
+
+from tformer_lib.lm import make_lm
+from tformer_lib.modern_variants import (
+    VARIANT_ARMS,
+    VARIANT_MODEL,
+    kv_cache_bytes_per_token,
+    load_variant_results,
+    run_variant_comparison,
+    variant_config,
+)
+from tformer_lib.model import count_parameters
+
+
+def test_each_arm_changes_only_its_own_fields():
+    base = variant_config("baseline", 100).to_dict()
+    for arm, change in VARIANT_ARMS.items():
+        cfg = variant_config(arm, 100).to_dict()
+        assert {k for k in cfg if cfg[k] != base[k]} == set(change), arm
+    assert all(base[k] == v for k, v in VARIANT_MODEL.items())
+    with pytest.raises(ValueError, match="arm"):
+        variant_config("llama", 100)
+
+
+def test_kv_cache_scales_with_kv_heads_and_swiglu_keeps_the_ffn_size():
+    torch.manual_seed(0)
+    sizes = {arm: kv_cache_bytes_per_token(make_lm(variant_config(arm, 50))) for arm in ("baseline", "gqa", "mqa")}
+    assert sizes["baseline"] == 2 * sizes["gqa"] == 4 * sizes["mqa"]
+    d, f = VARIANT_MODEL["d_model"], VARIANT_MODEL["d_ff"]
+    ffn = lambda arm: count_parameters(make_lm(variant_config(arm, 50)).blocks[0].feed_forward)  # noqa: E731
+    assert abs(ffn("swiglu") - ffn("baseline")) / ffn("baseline") < 0.01
+
+
+def test_a_short_run_produces_complete_results():
+    r = run_variant_comparison(arms=("baseline", "mqa"), seeds=(0,), steps=4)
+    assert [(x["arm"], x["seed"]) for x in r["runs"]] == [("baseline", 0), ("mqa", 0)]
+    assert [e["step"] for e in r["runs"][0]["evals"]] == [0, 2, 4]
+    assert r["arms"]["baseline"]["kv_bytes_per_token"] == 4 * r["arms"]["mqa"]["kv_bytes_per_token"]
+    assert all(v["tokens_per_second"] > 0 for v in r["arms"].values())
+
+
+def test_shipped_results_cover_every_arm_with_two_seeds_and_say_how_they_were_made():
+    r = load_variant_results()
+    assert r["settings"]["arms"] == list(VARIANT_ARMS)
+    seeds = {arm: sorted(x["seed"] for x in r["runs"] if x["arm"] == arm) for arm in VARIANT_ARMS}
+    assert all(len(s) >= 2 for s in seeds.values()), seeds
+    for x in r["runs"]:
+        assert x["evals"][0]["step"] == 0 and x["evals"][-1]["step"] == r["settings"]["training"]["steps"]
+    made = r["produced_by"]
+    assert made["command"] == "python -m tformer_lib.modern_variants" and made["threads"] == 1
+    assert made["date"] and made["cpu"] and made["torch"]
+    torch.manual_seed(0)
+    for arm, info in r["arms"].items():
+        assert info["parameters"] == count_parameters(make_lm(variant_config(arm, info["config"]["vocab_size"])))

@@ -1,0 +1,208 @@
+"""第 10 章的对比实验：现代大模型的结构改动，逐项换进同一个唐诗小模型里训练、计时、数参数。
+
+每一组（arm）只改 :data:`~tformer_lib.lm.pretrained.POEM_RECIPE` 的一项（见 :data:`VARIANT_ARMS`），
+其余完全相同：同一批数据、同一个学习率调度、同样的步数；每组 2 个种子。为了在 2 核 CPU 上几分钟内
+跑完，模型比随书检查点小（:data:`VARIANT_MODEL`：d_model 64、2 层），步数也少——它能说明“训练是否
+稳定、参数和 K/V 缓存省了多少、速度差多少”，说明不了“在大模型上谁的最终效果更好”（第 10 章的正文照此措辞）。
+
+:func:`run_variant_comparison` 训练并返回结果；:func:`write_variant_results` 单线程运行它，把结果连同命令、
+机器、线程数、torch 版本与日期写进 JSON；随包附带的 ``results/lm_variants.json`` 就是这样生成的::
+
+    .venv/bin/python -m tformer_lib.modern_variants
+
+:func:`load_variant_results` 读回它（第 10 章用它画图，笔记本里不必再训练 16 个模型）。
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from .lm.model import make_lm
+from .lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
+from .lm.training import LMTrainer
+from .model import count_parameters
+from .pretrained import cpu_fingerprint
+from .seed import set_seed
+from .training.trainer import TrainingDivergedError
+
+__all__ = [
+    "VARIANT_ARMS",
+    "VARIANT_LABELS",
+    "VARIANT_MODEL",
+    "VARIANT_TRAINING",
+    "VARIANT_RESULTS",
+    "variant_config",
+    "kv_cache_bytes_per_token",
+    "run_variant_comparison",
+    "write_variant_results",
+    "load_variant_results",
+]
+
+#: 随包附带的结果文件
+VARIANT_RESULTS = Path(__file__).resolve().parent / "results" / "lm_variants.json"
+
+#: 对比用的小模型：在随书配方的模型配置上再覆盖这几项
+VARIANT_MODEL = dict(d_model=64, n_heads=4, n_layers=2, d_ff=256)
+
+#: 训练设置（每组、每个种子相同）
+VARIANT_TRAINING = dict(steps=200, batch_size=8, lr=3e-3, warmup=20, min_lr_ratio=0.1, weight_decay=0.1, clip=1.0,
+                        eval_every=50, valid_poems=300)
+
+#: 组名 → 相对基线改动的配置项。SwiGLU 的 d_ff 取 2/3，使 FFN 参数量与 GELU 的基本相同（LLaMA 的做法）
+VARIANT_ARMS: dict[str, dict] = {
+    "baseline": {},
+    "post_ln": {"norm_first": False},
+    "rmsnorm": {"norm": "rms"},
+    "swiglu": {"activation": "swiglu", "d_ff": VARIANT_MODEL["d_ff"] * 2 // 3},
+    "rope": {"positional": "rope"},
+    "gqa": {"n_kv_heads": 2},
+    "mqa": {"n_kv_heads": 1},
+    "untied": {"tie_embeddings": False},
+}
+
+#: 图里用的中文名
+VARIANT_LABELS = {
+    "baseline": "基线（pre-LN）",
+    "post_ln": "post-LN",
+    "rmsnorm": "RMSNorm",
+    "swiglu": "SwiGLU",
+    "rope": "RoPE",
+    "gqa": "GQA（2 组 K/V）",
+    "mqa": "MQA（1 组 K/V）",
+    "untied": "不共享输出层",
+}
+
+
+def variant_config(arm: str, vocab_size: int):
+    """组 ``arm`` 的 :class:`~tformer_lib.lm.LMConfig`：随书配方 + :data:`VARIANT_MODEL` + 这一组的改动。"""
+    if arm not in VARIANT_ARMS:
+        raise ValueError(f"arm 应是 {tuple(VARIANT_ARMS)} 之一，收到 {arm!r}")
+    return poem_model_config(vocab_size, POEM_RECIPE, **{**VARIANT_MODEL, **VARIANT_ARMS[arm]})
+
+
+@torch.no_grad()
+def kv_cache_bytes_per_token(model, length: int = 8) -> float:
+    """真的用模型的 K/V 缓存（:class:`~tformer_lib.lm.LMCache`）走 ``length`` 个词元，量出每个词元占多少字节。"""
+    was_training = model.training
+    model.eval()
+    try:
+        cache = model.new_cache()
+        model(torch.full((1, length), 4, dtype=torch.long), cache=cache)
+        return cache.nbytes() / length
+    finally:
+        model.train(was_training)
+
+
+def _speed(models: dict, blocks: torch.Tensor, batch_size: int, rounds: int = 3, steps: int = 3) -> dict[str, float]:
+    """交替（interleaved）计时各组的训练步（前向 + 反向 + AdamW），每组取各轮 tokens/s 的中位数。"""
+    from .lm.data import loss_targets
+    from .specials import PAD
+
+    out: dict[str, list[float]] = {arm: [] for arm in models}
+    trainers = {arm: LMTrainer(m, blocks, None, batch_size=batch_size, total_steps=10_000) for arm, m in models.items()}
+    for tr in trainers.values():
+        tr.train_step()  # 热身
+    for _ in range(rounds):
+        for arm, tr in trainers.items():
+            start = time.perf_counter()
+            tokens = 0
+            for _ in range(steps):
+                tokens += int((loss_targets(tr.batch(tr.step))[1] != PAD).sum())
+                tr.train_step()
+            out[arm].append(tokens / (time.perf_counter() - start))
+    return {arm: statistics.median(v) for arm, v in out.items()}
+
+
+def run_variant_comparison(arms=tuple(VARIANT_ARMS), seeds=(0, 1), steps: int | None = None,
+                           verbose: bool = False) -> dict:
+    """每组、每个种子训练一个模型；返回 ``{"runs": [...], "arms": {...}, "settings": {...}}``。
+
+    ``runs`` 的每项：组名、种子、评估记录（step、valid_loss）、是否发散；``arms`` 的每项：参数量、
+    每个词元的 K/V 缓存字节数（float32）、训练吞吐（tokens/s，交替计时的中位数）。
+    """
+    t = dict(VARIANT_TRAINING)
+    if steps is not None:  # 短跑（测试用）：预热与评估间隔按比例缩短
+        t.update(steps=steps, warmup=max(1, min(t["warmup"], steps // 10)), eval_every=max(1, steps // 2))
+    data = poem_data()
+    vocab = data["tokenizer"].vocab_size
+    valid = tuple(x[: t["valid_poems"]] for x in data["valid"])
+    runs = []
+    for arm in arms:
+        for seed in seeds:
+            set_seed(seed)
+            model = make_lm(variant_config(arm, vocab))
+            trainer = LMTrainer(model, data["train_blocks"], valid, batch_size=t["batch_size"], lr=t["lr"],
+                                warmup=t["warmup"], total_steps=t["steps"], min_lr_ratio=t["min_lr_ratio"],
+                                weight_decay=t["weight_decay"], clip=t["clip"], seed=seed,
+                                eval_every=t["eval_every"], progress=False)
+            diverged = None
+            evals = [{"step": 0, "valid_loss": trainer.evaluate()["valid_loss"]}]  # 未训练：约 ln V
+            try:
+                trainer.fit()
+            except TrainingDivergedError:
+                diverged = trainer.step + 1
+            evals += [{"step": e["step"], "valid_loss": e["valid_loss"]} for e in trainer.history["evals"]]
+            runs.append({"arm": arm, "seed": seed, "evals": evals, "diverged_at": diverged,
+                         "train_loss": trainer.history["step_loss"]})
+            if verbose:
+                print(arm, seed, evals[-1] if evals else None, diverged, flush=True)
+    models = {}
+    info = {}
+    for arm in arms:
+        set_seed(0)
+        models[arm] = make_lm(variant_config(arm, vocab))
+        info[arm] = {"parameters": count_parameters(models[arm]),
+                     "kv_bytes_per_token": kv_cache_bytes_per_token(models[arm]),
+                     "config": models[arm].config.to_dict()}
+    speed = _speed(models, data["train_blocks"], t["batch_size"])
+    for arm in arms:
+        info[arm]["tokens_per_second"] = speed[arm]
+    return {"runs": runs, "arms": info, "settings": {"training": t, "model": dict(VARIANT_MODEL), "seeds": list(seeds),
+                                                      "arms": list(arms)}}
+
+
+def write_variant_results(path: str | os.PathLike = VARIANT_RESULTS, **kwargs) -> Path:
+    """（维护者用）单线程运行 :func:`run_variant_comparison`，连同机器信息写成 JSON（先写临时文件再改名）。"""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    try:
+        result = run_variant_comparison(**kwargs)
+    finally:
+        torch.set_num_threads(previous)
+    result["produced_by"] = {
+        "command": "python -m tformer_lib.modern_variants",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "threads": 1,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu_fingerprint(),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "seconds": time.perf_counter() - start,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load_variant_results(path: str | os.PathLike = VARIANT_RESULTS) -> dict:
+    """读回 :func:`write_variant_results` 写的 JSON。"""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"找不到对比结果文件 {path}；用 python -m tformer_lib.modern_variants 生成")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":  # pragma: no cover - 维护者脚本
+    print(write_variant_results(verbose=True))
