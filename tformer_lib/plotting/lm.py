@@ -95,7 +95,6 @@ def plot_query_attention(weights: Any, key_tokens: Sequence[Any] | str, row_labe
     for i, label in enumerate(ax.get_xticklabels()):
         if i in set(marks):
             label.set_color("#d62728")
-            label.set_fontweight("bold")
     return fig
 
 
