@@ -25,7 +25,8 @@ __all__ = ["POEM_RECIPE", "poem_data", "poem_model_config", "train_poem_model", 
 #: 随书模型的配方。改动任一项后要重新运行 :func:`build_poem_checkpoint`。
 POEM_RECIPE = {
     "model": dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, max_len=128, positional="learned",
-                  norm="layer", norm_first=True, activation="gelu", tie_embeddings=True, dropout=0.0),
+                  norm="layer", norm_first=True, activation="gelu", tie_embeddings=True, dropout=0.0,
+                  fast_attention=True),  # 训练走 SDPA 快速路径；要看注意力权重时 model.set_fast_attention(False)
     "min_freq": 5,  # 出现少于 5 次的字记作 UNK
     "block_len": 129,  # 每块 max_len + 1 个词元（输入与目标错开一位）
     "batch_size": 16,
@@ -93,25 +94,42 @@ def load_poem_model() -> tuple[DecoderOnlyLM, object, dict]:
     return load_lm(SHIPPED_POEM)
 
 
-def build_poem_checkpoint(path: str | os.PathLike | None = None, verbose: bool = True) -> Path:
-    """（维护者用）按配方的线程数从头训练并写出随书检查点::
+def build_poem_checkpoint(path: str | os.PathLike | None = None, verbose: bool = True,
+                          from_checkpoint: str | os.PathLike | None = None) -> Path:
+    """（维护者用）按配方的线程数从头训练并写出随书检查点（权重 float16，不含优化器状态）::
 
         .venv/bin/python -c "from tformer_lib.lm.pretrained import build_poem_checkpoint as b; b()"
+
+    也可以先用命令行训练（``python -m tformer_lib --threads 1 lm-train --out run.pt --save-every 200``，
+    中途被打断可用 ``--resume`` 精确续训），再 ``build_poem_checkpoint(from_checkpoint="run.pt")`` 转成随书检查点；
+    这时核对它的配方与 :data:`POEM_RECIPE` 相同且已训完全部步数。
     """
     from ..pretrained import cpu_fingerprint
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(POEM_RECIPE["threads"])
-    try:
-        model, tokenizer, trainer = train_poem_model(verbose=verbose)
-    finally:
-        torch.set_num_threads(previous)
+    if from_checkpoint is not None:
+        model, tokenizer, ckpt = load_lm(from_checkpoint)
+        state = ckpt.get("trainer") or {}
+        if ckpt.get("extra", {}).get("recipe") != POEM_RECIPE:
+            raise ValueError(f"{from_checkpoint} 的配方与 POEM_RECIPE 不同")
+        if state.get("step") != POEM_RECIPE["total_steps"]:
+            raise ValueError(f"{from_checkpoint} 只训了 {state.get('step')} 步，配方要 {POEM_RECIPE['total_steps']} 步")
+        history, seconds, cpu_seconds, tokens = state["history"], state["seconds"], state["cpu_seconds"], state["tokens_seen"]
+    else:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(POEM_RECIPE["threads"])
+        try:
+            model, tokenizer, trainer = train_poem_model(verbose=verbose)
+        finally:
+            torch.set_num_threads(previous)
+        history, seconds, cpu_seconds, tokens = trainer.history, trainer.seconds, trainer.cpu_seconds, trainer.tokens_seen
     extra = {
         "recipe": {k: (dict(v) if isinstance(v, dict) else v) for k, v in POEM_RECIPE.items()},
-        "history": trainer.history,
-        "seconds": trainer.seconds,
-        "tokens_seen": trainer.tokens_seen,
-        "tokens_per_second": trainer.tokens_seen / max(trainer.seconds, 1e-9),
+        "history": history,
+        "seconds": seconds,  # 墙钟时间：与别的任务共用机器时会长很多
+        "cpu_seconds": cpu_seconds,  # 单线程的 CPU 时间 ≈ 机器空闲时的墙钟时间
+        "tokens_seen": tokens,
+        "tokens_per_second": tokens / max(seconds, 1e-9),
+        "tokens_per_cpu_second": tokens / max(cpu_seconds, 1e-9),
         "threads": POEM_RECIPE["threads"],
         "cpu": cpu_fingerprint(),
         "torch_version": str(torch.__version__),

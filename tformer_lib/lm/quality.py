@@ -169,7 +169,8 @@ def train_line_set(split: str = "train") -> set[str]:
 
 
 def evaluate_poem_model(model, tokenizer, data: dict, *, n_samples: int = 200, temperature: float = 0.8,
-                        seed: int = 0, split: str = "test") -> dict:
+                        top_k: int | None = None, top_p: float | None = None, seed: int = 0,
+                        split: str = "test") -> dict:
     """第 9 章的三把尺子一次量完：困惑度对比二元基线、体裁正确率、背书率。
 
     ``data`` 是 :func:`~tformer_lib.lm.pretrained.poem_data` 的结果（训练块用来拟合二元模型，``valid`` 选 λ）。
@@ -180,7 +181,7 @@ def evaluate_poem_model(model, tokenizer, data: dict, *, n_samples: int = 200, t
     _, ppl = lm_perplexity(model, *data[split])
     bigram_ppl = bigram.perplexity(*data[split])
     prompts = quality_prompts(split, n_samples, seed)
-    texts = sample_poems(model, tokenizer, prompts, temperature=temperature, seed=seed)
+    texts = sample_poems(model, tokenizer, prompts, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     return {
         "perplexity": ppl,
         "bigram_perplexity": bigram_ppl,
