@@ -14,6 +14,7 @@ from tformer_lib.exercises.ch04 import (
     check_fixed_masked_attention,
     check_fixed_mha_forward,
     check_layer_param_count,
+    check_sliding_window_mask,
 )
 
 
@@ -129,3 +130,25 @@ CHANGED = Case(check_changed_positions, ref_changed, also_correct=[
 ])
 
 CASES = [MASKED, MHA, PARAMS, CHANGED]
+
+
+# ---- 练习 5（扩展）：滑动窗口的因果掩码 ----
+def ref_sliding_window(n, window):
+    i = torch.arange(n)[:, None]  # (n, 1)：查询位置
+    j = torch.arange(n)[None, :]  # (1, n)：键位置
+    return (j <= i) & (i - j < window)  # (n, n)
+
+
+SLIDING = Case(check_sliding_window_mask, ref_sliding_window, also_correct=[
+    lambda n, w: torch.ones(n, n, dtype=torch.bool).tril().triu(-(w - 1))], wrong=[
+    Wrong("hard_coded", lambda n, w: ref_sliding_window(5, 3)),
+    Wrong("plain_causal", lambda n, w: torch.ones(n, n, dtype=torch.bool).tril(), key="plain_causal"),
+    Wrong("off_by_one_wide", lambda n, w: torch.ones(n, n, dtype=torch.bool).tril().triu(-w), key="off_by_one_wide"),
+    Wrong("not_causal", lambda n, w: (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs() < w,
+          key="not_causal"),
+    Wrong("transposed", lambda n, w: ref_sliding_window(n, w).T.contiguous(), key="transposed"),
+    Wrong("polarity", lambda n, w: ~ref_sliding_window(n, w), key="polarity"),
+    Wrong("int_mask", lambda n, w: ref_sliding_window(n, w).int(), key="dtype"),
+])
+
+CASES.append(SLIDING)

@@ -24,6 +24,7 @@ from tformer_lib.exercises.ch04 import (
     check_fixed_masked_attention,
     check_fixed_mha_forward,
     check_layer_param_count,
+    check_sliding_window_mask,
 )
 
 # --- ch01 ---

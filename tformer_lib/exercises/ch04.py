@@ -3,7 +3,8 @@
 - :func:`buggy_masked_attention` + :func:`check_fixed_masked_attention`（找错）：掩码放错了地方；
 - :func:`buggy_mha_forward` + :func:`check_fixed_mha_forward`（找错）：拼接各头时少了一步，单头时看不出来；
 - :func:`check_layer_param_count`（推导并核对）：一个编码器层 / 解码器层的参数量；
-- :func:`check_changed_positions`（预测再验证）：改掉一个输入位置，哪些输出会变。
+- :func:`check_changed_positions`（预测再验证）：改掉一个输入位置，哪些输出会变；
+- :func:`check_sliding_window_mask`（扩展）：只看最近 window 个位置的因果掩码（滑动窗口注意力）。
 
 每个检查器都在多组随机尺寸上调用读者的函数（写死的答案过不了），接受任何正确的数值类型，
 桩（stub）→ “⏳ 尚未完成”，不抛异常。
@@ -18,7 +19,18 @@ from typing import Any
 import torch
 
 from tformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
-from tformer_lib.exercises._core import CheckResult, Mistake, Variant, as_bool, as_int, as_tensor, compare, generator, run_checks
+from tformer_lib.exercises._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_bool,
+    as_int,
+    as_tensor,
+    compare,
+    expect_dtype,
+    generator,
+    run_checks,
+)
 
 __all__ = [
     "buggy_masked_attention",
@@ -28,6 +40,7 @@ __all__ = [
     "check_layer_param_count",
     "check_changed_positions",
     "changed_positions_experiment",
+    "check_sliding_window_mask",
 ]
 
 
@@ -289,3 +302,36 @@ def check_changed_positions(fn: Callable[..., Any], *, verbose: bool = True) -> 
             raise Mistake(hint, key="values")
 
     return run_checks("改一个输入，哪些输出会变", fn, [("随机长度与位置，四种掩码组合", cases)], verbose=verbose)
+
+
+# ---- 扩展：滑动窗口的因果掩码 -----------------------------------------------------------------------------
+
+
+def check_sliding_window_mask(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(n, window) -> mask``：``(n, n)`` 的布尔掩码，位置 i 只能看见 ``i − window < j ≤ i``（含自己，共 window 个）。"""
+
+    def cases(f):
+        g = generator(120)
+        for k in range(8):
+            n = int(torch.randint(1, 13, (1,), generator=g))
+            window = n + 2 if k == 0 else int(torch.randint(1, n + 1, (1,), generator=g))  # 窗口比序列还长时 = 因果掩码
+            call = f"sliding_window_mask({n}, {window})"
+            got = f(n, window)
+            expect_dtype(got, torch.bool, f"{call} 的结果", hint=f"{call} 应返回布尔张量（True = 可以关注）")
+            i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]  # (n, 1), (1, n)
+            want = (j <= i) & (i - j < window)  # (n, n)
+            compare(got, want, what=f"{call} 的结果", variants=[
+                Variant("plain_causal", "这是普通的因果掩码：窗口没有起作用，位置 i 还能看到 i − window 之前的位置",
+                        j <= i),
+                Variant("off_by_one_wide", "窗口宽了一格：算上自己一共只能看 window 个位置，即 i − window < j ≤ i",
+                        (j <= i) & (i - j <= window)),
+                Variant("off_by_one_narrow", "窗口窄了一格：算上自己应能看 window 个位置，即 i − window < j ≤ i",
+                        (j <= i) & (i - j < window - 1)),
+                Variant("not_causal", "窗口两边都开了：还要挡住未来的位置（j > i），窗口只向过去延伸",
+                        (i - j).abs() < window),
+                Variant("transposed", "行列反了：第 i 行是查询 i，它能看的列 j 在它前面（j ≤ i）",
+                        (i <= j) & (j - i < window)),
+                Variant("polarity", "极性反了：本书约定 True = 可以关注", ~want),
+            ])
+
+    return run_checks("滑动窗口的因果掩码", fn, [("8 组随机的长度与窗口", cases)], verbose=verbose)
