@@ -1,0 +1,169 @@
+"""连续批处理（continuous batching）引擎：按“迭代”调度，每一步都有序列离开、有请求加入。
+
+静态批处理（static batching）把一批请求一起跑到*最长*的那条结束，先结束的行只能空转陪跑，新来的请求要等整批
+结束；连续批处理在每一步（iteration）之后就把结束的序列移出、把等待的请求补进来，批里的槽位几乎总是满的。
+
+每一步 :meth:`Engine.step` 做三件事：
+
+1. 接纳（admit）：在槽位（``max_batch``）、空闲块与本步词元预算（``token_budget``）允许的范围内，
+   按到达顺序把等待的请求逐个**预填充**（prefill）——整段提示过一遍模型，得到它的第一个新词元；
+2. 解码（decode）：所有运行中的序列一起前进一个词元（每条只送一个新词元进模型）；
+3. 退出：生成了 EOS 或到达自己 ``max_new_tokens`` 的序列离开，块还给 :class:`~.paged_cache.BlockManager`。
+
+只做贪心解码，因此输出与逐条调用 ``generate(..., method="greedy")`` 逐词元相同（测试核对）。
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..lm.generate import next_token_distribution
+from ..specials import BOS, PAD
+from .paged_cache import PagedKVCache
+from .ragged import check_prompts
+
+__all__ = ["Request", "Engine"]
+
+
+@dataclass
+class Request:
+    """一个生成请求及其记录：到达、第一个词元与结束的时刻（秒，``time.perf_counter``），以及每一步所在的批槽位。"""
+
+    prompt: list[int]
+    max_new_tokens: int
+    request_id: int = -1
+    arrival: float = 0.0
+    output: list[int] = field(default_factory=list)
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    slot_steps: list[tuple[int, int]] = field(default_factory=list)  # (引擎步号, 槽位号)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_time is not None
+
+
+class Engine:
+    """连续批处理 + 分页 K/V 缓存的贪心生成引擎。
+
+    ``max_batch``：同时运行的序列上限；``token_budget``：一步里送进模型的词元总数上限（预填充 + 解码）；
+    ``num_blocks``/``block_size``：分页缓存的大小（默认够 ``max_batch`` 条满长序列）；``prefix_caching``：共用前缀块。
+    """
+
+    def __init__(self, model: nn.Module, *, max_batch: int = 8, token_budget: int | None = None,
+                 block_size: int = 16, num_blocks: int | None = None, prefix_caching: bool = True,
+                 eos_id: int | None = None, suppress_ids: Sequence[int] = (PAD, BOS)):
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch 应为正整数，收到 {max_batch!r}")
+        max_len = model.config.max_len
+        token_budget = max_len + max_batch if token_budget is None else token_budget
+        if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < max_len:
+            raise ValueError(f"token_budget 应是不小于 max_len={max_len} 的整数（否则长提示永远进不来），收到 {token_budget!r}")
+        if num_blocks is None:
+            num_blocks = max_batch * -(-max_len // block_size)
+        self.model, self.max_batch, self.token_budget = model, max_batch, token_budget
+        self.eos_id, self.suppress_ids = eos_id, tuple(suppress_ids)
+        self.cache = PagedKVCache(model, num_blocks, block_size, prefix_caching)
+        self.waiting: deque[Request] = deque()
+        self.running: dict[int, Request] = {}  # 槽位号 → 请求
+        self.steps = 0
+        self.peak_held_bytes = 0
+        self.prefill_tokens_saved = 0  # 前缀缓存省下的预填充词元数
+        self._ids = itertools.count()
+
+    # ---------------------------------------------------------------- 提交
+    def add_request(self, prompt, max_new_tokens: int, arrival: float | None = None) -> Request:
+        """排队一个请求（检查方式与 :func:`~.ragged.greedy_batch` 相同），返回它的 :class:`Request`。"""
+        (prompt,) = check_prompts(self.model, [prompt], [max_new_tokens])
+        request = Request(prompt, max_new_tokens, next(self._ids), time.perf_counter() if arrival is None else arrival)
+        if max_new_tokens == 0:
+            request.first_token_time = request.finish_time = request.arrival
+        else:
+            self.waiting.append(request)
+        return request
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---------------------------------------------------------------- 一步
+    def _next_tokens(self, logits: torch.Tensor) -> list[int]:
+        return next_token_distribution(logits, 1.0, None, None, self.suppress_ids).argmax(dim=-1).tolist()
+
+    def _emit(self, slot: int, request: Request, token: int, now: float) -> None:
+        request.output.append(token)
+        if request.first_token_time is None:
+            request.first_token_time = now
+        if len(request.output) >= request.max_new_tokens or token == self.eos_id:
+            request.finish_time = now
+            self.cache.manager.free(request.request_id)
+            del self.running[slot]
+
+    def _admit(self) -> int:
+        """按到达顺序预填充等待的请求，直到槽位、块或本步预算不够；返回本步已用的词元数。"""
+        manager = self.cache.manager
+        used = len(self.running)  # 本步每条运行中的序列还要解码一个词元
+        while self.waiting and len(self.running) < self.max_batch:
+            request = self.waiting[0]
+            if request.arrival > time.perf_counter():
+                break
+            # 块按“最终长度”预留：运行中的序列以后还要长，新请求只能用剩下的块，解码中途才不会缺块
+            growth = sum(manager.blocks_needed(len(r.prompt) + r.max_new_tokens) - len(manager.tables[r.request_id])
+                         for r in self.running.values())
+            total = len(request.prompt) + request.max_new_tokens
+            if manager.blocks_needed(total) + growth > len(manager.free_blocks):
+                break
+            if used + len(request.prompt) > self.token_budget:
+                break
+            self.waiting.popleft()
+            reused = manager.allocate(request.request_id, request.prompt)
+            self.prefill_tokens_saved += reused
+            fresh = request.prompt[reused:]
+            cache, positions, mask = self.cache.view([request.request_id], len(fresh))
+            logits = self.model(torch.tensor([fresh], device=positions.device), cache=cache,
+                                positions=positions, attn_mask=mask)[:, -1]  # (1, V)
+            manager.register_prefix(request.request_id, request.prompt)
+            slot = min(set(range(self.max_batch)) - set(self.running))
+            self.running[slot] = request
+            self.peak_held_bytes = max(self.peak_held_bytes, self.cache.held_bytes())
+            request.slot_steps.append((self.steps, slot))
+            self._emit(slot, request, self._next_tokens(logits)[0], time.perf_counter())
+            used += len(fresh)
+        return used
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """调度一步：先接纳新请求（预填充），再让此前已在运行的序列各解码一个词元。"""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            decoding = dict(self.running)  # 本步之前就在运行的序列；新接纳的已由预填充产出了词元
+            self._admit()
+            if decoding:
+                slots = sorted(decoding)
+                requests = [decoding[s] for s in slots]
+                cache, positions, mask = self.cache.view([r.request_id for r in requests], 1)
+                last = torch.tensor([[r.output[-1]] for r in requests], device=positions.device)  # (B, 1)
+                logits = self.model(last, cache=cache, positions=positions, attn_mask=mask)[:, -1]  # (B, V)
+                self.peak_held_bytes = max(self.peak_held_bytes, self.cache.held_bytes())
+                now = time.perf_counter()
+                for slot, request, token in zip(slots, requests, self._next_tokens(logits)):
+                    request.slot_steps.append((self.steps, slot))
+                    self._emit(slot, request, token, now)
+            self.steps += 1
+        finally:
+            self.model.train(was_training)
+
+    def run(self, requests: Sequence[Request] | None = None) -> None:
+        """一直调度到没有等待与运行的请求（到达时间在未来的请求会等到那一刻）。"""
+        while self.has_work:
+            if not self.running and self.waiting and self.waiting[0].arrival > time.perf_counter():
+                time.sleep(max(0.0, self.waiting[0].arrival - time.perf_counter()))
+            self.step()

@@ -1,0 +1,186 @@
+"""分页 K/V 缓存（paged KV cache）：把缓存切成固定大小的块（block），每条序列一张块表（block table）。
+
+连续缓存（contiguous cache）要为每条序列预留到最大长度，序列短时大半空着；分页缓存按需一块一块地分配，
+序列结束就把块还回去，每条序列最多浪费不满的最后一块。提示前缀相同的序列还能**共用**已经写满的块
+（前缀缓存 prefix caching），共用的块只算一次。
+
+- :class:`BlockManager` 只管账：空闲块、每条序列的块表与长度、块的引用计数、前缀块的查找表；
+- :class:`PagedKVCache` 管数据：每层一个 ``(num_blocks·block_size, h_kv, d_k)`` 的 K 与 V 存储，
+  “槽位”（slot）= 块号 × block_size + 块内偏移；
+- :meth:`PagedKVCache.view` 给一批序列造一个 :class:`~tformer_lib.lm.LMCache` 的视图，模型照常调用它。
+
+说明：真实的推理引擎用专门的注意力内核直接按块表读块；这里为了复用本书唯一的注意力实现，每步把一批序列的
+K/V 按块表 *收集*（gather）成临时的连续张量再做注意力——算出的结果相同，省下的是**长期持有**的内存。
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kv_cache import AttentionCache
+from ..lm.cache import LMCache
+
+__all__ = ["BlockManager", "PagedKVCache", "OutOfBlocksError"]
+
+
+class OutOfBlocksError(RuntimeError):
+    """没有足够的空闲块了（调度器据此让请求排队等待）。"""
+
+
+class BlockManager:
+    """块的账本。``block_size`` 个位置一块，共 ``num_blocks`` 块。"""
+
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = True):
+        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} 应为正整数，收到 {value!r}")
+        self.num_blocks, self.block_size, self.prefix_caching = num_blocks, block_size, prefix_caching
+        self.free_blocks = list(range(num_blocks - 1, -1, -1))  # 栈：pop() 取块号最小的
+        self.ref_count = [0] * num_blocks
+        self.tables: dict[int, list[int]] = {}  # 序列 id → 块表
+        self.lengths: dict[int, int] = {}  # 序列 id → 已写入的位置数
+        self._prefix: dict[tuple[int, ...], int] = {}  # 写满的前缀块：前缀词元 → 块号
+        self._block_key: dict[int, tuple[int, ...]] = {}
+
+    # ---------------------------------------------------------------- 查询
+    @property
+    def used_blocks(self) -> int:
+        """正被占用的块数（共用的块只算一次）。"""
+        return self.num_blocks - len(self.free_blocks)
+
+    def blocks_needed(self, n_tokens: int) -> int:
+        """放下 ``n_tokens`` 个位置要几块。"""
+        return -(-n_tokens // self.block_size)
+
+    def can_allocate(self, n_tokens: int) -> bool:
+        return self.blocks_needed(n_tokens) <= len(self.free_blocks)
+
+    def slot(self, seq_id: int, position: int) -> int:
+        """序列 ``seq_id`` 的第 ``position`` 个位置在存储里的槽位号。"""
+        block = self.tables[seq_id][position // self.block_size]
+        return block * self.block_size + position % self.block_size
+
+    # ---------------------------------------------------------------- 分配与释放
+    def _take_block(self) -> int:
+        if not self.free_blocks:
+            raise OutOfBlocksError(f"{self.num_blocks} 个块已全部占用")
+        block = self.free_blocks.pop()
+        self.ref_count[block] = 1
+        return block
+
+    def allocate(self, seq_id: int, prompt: list[int]) -> int:
+        """为新序列登记块表并分配放下提示所需的块；返回可直接复用的前缀长度（这些位置不必再算）。
+
+        只共用**写满**的块，而且至少留最后一个提示词元去计算（它的输出是第一个新词元的 logits）。
+        """
+        if seq_id in self.tables:
+            raise ValueError(f"seq_id={seq_id} 已经登记过")
+        table: list[int] = []
+        reused = 0
+        if self.prefix_caching:
+            for i in range((len(prompt) - 1) // self.block_size):
+                block = self._prefix.get(tuple(prompt[: (i + 1) * self.block_size]))
+                if block is None:
+                    break
+                table.append(block)
+                reused += self.block_size
+        fresh = self.blocks_needed(len(prompt)) - len(table)
+        if fresh > len(self.free_blocks):
+            raise OutOfBlocksError(f"序列 {seq_id} 需要 {fresh} 个新块，只剩 {len(self.free_blocks)} 个")
+        for block in table:
+            self.ref_count[block] += 1
+        table += [self._take_block() for _ in range(fresh)]
+        self.tables[seq_id], self.lengths[seq_id] = table, reused
+        return reused
+
+    def register_prefix(self, seq_id: int, prompt: list[int]) -> None:
+        """提示写进缓存之后调用：把它写满的块登记为可共用的前缀块。"""
+        if not self.prefix_caching:
+            return
+        for i in range(len(prompt) // self.block_size):
+            key = tuple(prompt[: (i + 1) * self.block_size])
+            block = self.tables[seq_id][i]
+            if key not in self._prefix and block not in self._block_key:
+                self._prefix[key], self._block_key[block] = block, key
+
+    def append_slots(self, seq_id: int, n_tokens: int) -> list[int]:
+        """序列要再写 ``n_tokens`` 个位置：需要时分配新块，返回这些位置的槽位号。"""
+        start = self.lengths[seq_id]
+        while self.blocks_needed(start + n_tokens) > len(self.tables[seq_id]):
+            self.tables[seq_id].append(self._take_block())
+        self.lengths[seq_id] = start + n_tokens
+        return [self.slot(seq_id, p) for p in range(start, start + n_tokens)]
+
+    def free(self, seq_id: int) -> None:
+        """序列结束：引用计数减一，降到 0 的块回到空闲栈（它的前缀登记也一并作废）。"""
+        for block in self.tables.pop(seq_id):
+            self.ref_count[block] -= 1
+            if self.ref_count[block] == 0:
+                key = self._block_key.pop(block, None)
+                if key is not None:
+                    del self._prefix[key]
+                self.free_blocks.append(block)
+        del self.lengths[seq_id]
+
+
+class _PagedLayer(AttentionCache):
+    """一层注意力眼中的分页缓存：``update`` 把新 K/V 写进槽位，再按块表收集出整批的 K/V。"""
+
+    def __init__(self, store_k: torch.Tensor, store_v: torch.Tensor, write_slots, read_slots):
+        super().__init__(static=False)
+        self.store_k, self.store_v = store_k, store_v
+        self.write_slots, self.read_slots = write_slots, read_slots  # (B·T_new,), (B, T_k)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, heads, length, d_k = k.shape
+        flat_k = k.transpose(1, 2).reshape(batch * length, heads, d_k)  # (B·T_new, h_kv, d_k)
+        flat_v = v.transpose(1, 2).reshape(batch * length, heads, d_k)  # (B·T_new, h_kv, d_k)
+        self.store_k[self.write_slots] = flat_k.to(self.store_k.dtype)
+        self.store_v[self.write_slots] = flat_v.to(self.store_v.dtype)
+        full_k = self.store_k[self.read_slots].transpose(1, 2)  # (B, h_kv, T_k, d_k)
+        full_v = self.store_v[self.read_slots].transpose(1, 2)  # (B, h_kv, T_k, d_k)
+        return full_k.to(k.dtype), full_v.to(v.dtype)
+
+
+class PagedKVCache:
+    """按块存放的 K/V（所有层），配一个 :class:`BlockManager`。"""
+
+    def __init__(self, model, num_blocks: int, block_size: int = 16, prefix_caching: bool = True):
+        c = model.config
+        self.manager = BlockManager(num_blocks, block_size, prefix_caching)
+        dtype = next(model.parameters()).dtype
+        device = next(model.parameters()).device
+        shape = (num_blocks * block_size, c.kv_heads, c.d_k)  # (槽位, h_kv, d_k)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.n_layers)]
+        self.bytes_per_block = 2 * c.n_layers * block_size * c.kv_heads * c.d_k * self.k[0].element_size()
+
+    def held_bytes(self) -> int:
+        """此刻真正被占用的缓存字节数（已分配的块 × 每块字节）。"""
+        return self.manager.used_blocks * self.bytes_per_block
+
+    def view(self, seq_ids: list[int], n_new: int) -> tuple[LMCache, torch.Tensor, torch.Tensor]:
+        """为一批序列各写 ``n_new`` 个新位置做准备，返回 ``(cache, positions, attn_mask)`` 交给模型。
+
+        ``positions`` ``(B, n_new)`` 是各序列自己的位置；``attn_mask`` ``(B, 1, n_new, T_k)`` 只放行每行真实的
+        缓存位置与因果允许的新位置；``cache`` 的 ``length`` 设为 ``T_k - n_new``，使模型的因果掩码对齐到末尾。
+        """
+        m = self.manager
+        starts = [m.lengths[s] for s in seq_ids]
+        write = [m.append_slots(s, n_new) for s in seq_ids]
+        width = max(starts) + n_new  # T_k：收集后的统一长度，较短的序列左对齐、右侧填充
+        read = torch.zeros(len(seq_ids), width, dtype=torch.long)
+        valid = torch.zeros(len(seq_ids), n_new, width, dtype=torch.bool)
+        for b, s in enumerate(seq_ids):
+            total = starts[b] + n_new
+            read[b, :total] = torch.tensor([m.slot(s, p) for p in range(total)])
+            for i in range(n_new):
+                valid[b, i, : starts[b] + i + 1] = True  # 自己的历史 + 因果允许的新位置
+        device = self.k[0].device
+        write_slots = torch.tensor([slot for row in write for slot in row], device=device)  # (B·n_new,)
+        read = read.to(device)
+        cache = LMCache(len(self.k))
+        cache.layers = [_PagedLayer(k, v, write_slots, read) for k, v in zip(self.k, self.v)]
+        cache.length = width - n_new
+        positions = torch.tensor([[st + i for i in range(n_new)] for st in starts], device=device)  # (B, n_new)
+        return cache, positions, valid[:, None].to(device)
