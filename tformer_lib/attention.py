@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import (
+    broadcast_shape,
     attention_inputs,
     autocast_enabled,
     bool_mask,
@@ -73,7 +74,7 @@ def fast_scaled_dot_product_attention(
     attention_inputs(q, k, v)
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-    score_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+    score_shape = (*broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
     bool_mask("mask", mask, score_shape)
     additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
     additive = additive.masked_fill(~mask, torch.finfo(q.dtype).min)
