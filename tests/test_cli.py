@@ -60,6 +60,7 @@ def test_missing_and_corrupt_checkpoint_and_unknown_task(tmp_path):
     assert r.returncode == 1 and "损坏" in r.stderr and "Traceback" not in r.stderr
     r = run("train", "--task", "sorting", "--out", str(tmp_path / "x.pt"))
     assert r.returncode == 2 and "sorting" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("错误：")  # 不再先打印整段 usage
     r = run("train", "--task", "copy", "--epochs", "0", "--out", str(tmp_path / "x.pt"))
     assert r.returncode == 1 and "--epochs" in r.stderr
 

@@ -58,8 +58,15 @@ class CLIError(Exception):
     """命令行层面的错误：打印消息，退出码 1。"""
 
 
+class _Parser(argparse.ArgumentParser):
+    """参数写错时也只打印一行（argparse 默认先打印整段 usage），退出码 2；子命令沿用这个类。"""
+
+    def error(self, message: str):
+        self.exit(2, f"错误：{self.prog}：{message}（用 --help 查看用法）\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m tformer_lib",
         description="训练、使用与评估《Transformer 原理深讲》的小模型（train / translate / evaluate）。",
     )
