@@ -229,7 +229,8 @@ def save_lm_checkpoint(
         raise TypeError(f"model 应是 DecoderOnlyLM，收到 {type(model).__name__}")
     state = model.state_dict()
     if half:
-        state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+        halves: dict[int, torch.Tensor] = {}  # 共享的权重（输出层 = 词嵌入）只转换、只存一份
+        state = {k: halves.setdefault(v.data_ptr(), v.half()) if v.is_floating_point() else v for k, v in state.items()}
     payload = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
