@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# 运行全部测试：库的单元测试 + 每个笔记本（各章与参考答案）的 nbval 回归 + 构建全书 + 真实浏览器测试
-# + 从轮子安装到新环境、在仓库外重跑全部笔记本。
+# 运行全部测试：库的单元测试 + 每个笔记本（各章与参考答案）的 nbval 回归（从轮子装进新环境、在仓库外）
+# + 构建全书 + 真实浏览器测试。每一步打印用时。
 # 用法：bash scripts/test.sh        （首次运行会建立 .venv 并安装依赖，版本按 constraints.txt）
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
@@ -18,20 +18,23 @@ timing() {  # 每一步结束时打印它的用时
   step_t=$now
 }
 
-echo "== 1/4 单元测试与笔记本回归（pytest + nbval，含 notebooks/solutions/）"
-nbval_args=(--nbval --nbval-current-env)
-[ -f nbval_sanitize.cfg ] && nbval_args+=(--nbval-sanitize-with nbval_sanitize.cfg)
-shopt -s nullglob
-notebooks=(notebooks/*.ipynb notebooks/solutions/*.ipynb)
-shopt -u nullglob
-python -m pytest tests "${notebooks[@]}" "${nbval_args[@]}" -p no:cacheprovider -q
+echo "== 1/4 库的单元测试（pytest tests）"
+python -m pytest tests -p no:cacheprovider -q
 timing
 
-echo "== 2/4 构建全书（警告即错误）"
+# 笔记本的 nbval 回归只跑一遍，而且在更严格的条件下：从轮子装进新的虚拟环境、笔记本复制到仓库外
+# （读者的情形；仓库里能过、装好的包却缺文件的问题也会在这里暴露）。各章与 notebooks/solutions/ 全部都跑。
+# 作者在仓库里单独检查一章：python -m pytest notebooks/03_attention.ipynb --nbval --nbval-current-env \
+#   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q
+echo "== 2/4 笔记本回归：从轮子安装到新的虚拟环境，在仓库外用 nbval 重跑全部笔记本；引导单元对本地克隆安装"
+bash scripts/test_installed.sh
+timing
+
+echo "== 3/4 构建全书（警告即错误）"
 bash scripts/build_book.sh
 timing
 
-echo "== 3/4 真实浏览器测试（headless Chromium）"
+echo "== 4/4 真实浏览器测试（headless Chromium）"
 if [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
@@ -41,10 +44,6 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 python scripts/browser_test.py
-timing
-
-echo "== 4/4 从轮子安装到新的虚拟环境，在仓库外重跑全部笔记本；引导单元对本地克隆安装"
-bash scripts/test_installed.sh
 timing
 
 echo "全部测试通过（共 $(( $(date +%s) - t0 )) 秒）。"
