@@ -225,3 +225,24 @@ def test_execute_notebooks_also_runs_the_solutions():
     paths = [p.relative_to(ROOT).as_posix() for p in execute_notebooks.default_notebooks()]
     assert any(p.startswith("notebooks/0") for p in paths)
     assert all(p in paths for p in (q.relative_to(ROOT).as_posix() for q in (ROOT / "notebooks/solutions").glob("*.ipynb")))
+
+
+def test_repository_settings_reach_the_theme_and_the_pages():
+    sys.path.insert(0, str(ROOT / "_ext"))
+    from types import SimpleNamespace
+
+    import book_repository
+
+    cfg = _config()
+    config = SimpleNamespace(html_theme_options=dict(cfg["sphinx"]["config"]["html_theme_options"]))
+    app = SimpleNamespace(srcdir=str(ROOT))
+    book_repository._on_config_inited(app, config)
+    options = config.html_theme_options
+    assert options["repository_url"] == cfg["repository"]["url"]
+    assert options["repository_branch"] == cfg["repository"]["branch"]
+    assert options["launch_buttons"]["colab_url"] == cfg["launch_buttons"]["colab_url"]
+    assert options["show_toc_level"] == 2  # 显式写的主题选项保留
+    source = ["装：`pip install \"{{REPO_PIP}}\"`，见 {{REPO_URL}}"]
+    book_repository._on_source_read(app, "book/how_to_run", source)
+    url, branch = cfg["repository"]["url"].rstrip("/"), cfg["repository"]["branch"]
+    assert source[0] == f"装：`pip install \"git+{url}@{branch}\"`，见 {url}"
