@@ -71,12 +71,28 @@ def test_continuous_batching_equals_one_by_one(options, seed):
     assert max(len(s) for s in occupancy.values()) == 3
 
 
+def test_min_prefill_batches_admissions_and_keeps_outputs():
+    model = _model(2, positional="rope")
+    rng = random.Random(9)
+    prompts = _prompts(rng, 10)
+    engine = Engine(model, max_batch=4, min_prefill=3)
+    requests = [engine.add_request(p, rng.randint(2, 12)) for p in prompts]
+    engine.run()
+    assert [r.output for r in requests] == [_alone(model, r.prompt, r.max_new_tokens) for r in requests]
+    first_steps = sorted(min(step for step, _ in r.slot_steps) for r in requests)
+    joined = {step: first_steps.count(step) for step in first_steps}
+    # 第一步接纳 4 条；之后每次接纳都至少凑齐 3 条，除非等待的请求已不足 3 条
+    assert joined[0] == 4 and all(n >= 3 or step == max(joined) for step, n in joined.items())
+
+
 def test_prefix_caching_reuses_blocks_and_keeps_outputs():
     model = _model(0, positional="rope")
     shared = list(range(4, 4 + 12))  # 3 个满块（block_size=4）
     prompts = [shared + [20, 21], shared + [22], shared + [23, 24, 25]]
     engine = Engine(model, max_batch=3, block_size=4)
-    requests = [engine.add_request(p, 6) for p in prompts]
+    requests = [engine.add_request(prompts[0], 6)]
+    engine.step()  # 第一条预填充完，它的满块才登记为可共用的前缀
+    requests += [engine.add_request(p, 6) for p in prompts[1:]]
     engine.run()
     assert [r.output for r in requests] == [_alone(model, p, 6) for p in prompts]
     assert engine.prefill_tokens_saved == 2 * 12  # 后两条各复用 12 个位置

@@ -126,19 +126,21 @@ class BlockManager:
 class _PagedLayer(AttentionCache):
     """一层注意力眼中的分页缓存：``update`` 把新 K/V 写进槽位，再按块表收集出整批的 K/V。"""
 
-    def __init__(self, store_k: torch.Tensor, store_v: torch.Tensor, write_slots, read_slots):
+    def __init__(self, store_k, store_v, new_index, write_slots, read_slots):
         super().__init__(static=False)
         self.store_k, self.store_v = store_k, store_v
-        self.write_slots, self.read_slots = write_slots, read_slots  # (B·T_new,), (B, T_k)
+        self.new_index = new_index  # (N_new,)：(B·T_new) 展平后哪些是真实的新词元（其余是右侧填充）
+        self.write_slots, self.read_slots = write_slots, read_slots  # (N_new,), (B, T_k)
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch, heads, length, d_k = k.shape
         flat_k = k.transpose(1, 2).reshape(batch * length, heads, d_k)  # (B·T_new, h_kv, d_k)
         flat_v = v.transpose(1, 2).reshape(batch * length, heads, d_k)  # (B·T_new, h_kv, d_k)
-        self.store_k[self.write_slots] = flat_k.to(self.store_k.dtype)
-        self.store_v[self.write_slots] = flat_v.to(self.store_v.dtype)
-        full_k = self.store_k[self.read_slots].transpose(1, 2)  # (B, h_kv, T_k, d_k)
-        full_v = self.store_v[self.read_slots].transpose(1, 2)  # (B, h_kv, T_k, d_k)
+        self.store_k.index_copy_(0, self.write_slots, flat_k.index_select(0, self.new_index).to(self.store_k.dtype))
+        self.store_v.index_copy_(0, self.write_slots, flat_v.index_select(0, self.new_index).to(self.store_v.dtype))
+        shape = (*self.read_slots.shape, heads, d_k)  # (B, T_k, h_kv, d_k)
+        full_k = self.store_k.index_select(0, self.read_slots.flatten()).view(shape).transpose(1, 2)  # (B, h_kv, T_k, d_k)
+        full_v = self.store_v.index_select(0, self.read_slots.flatten()).view(shape).transpose(1, 2)  # (B, h_kv, T_k, d_k)
         return full_k.to(k.dtype), full_v.to(v.dtype)
 
 
@@ -148,6 +150,7 @@ class PagedKVCache:
     def __init__(self, model, num_blocks: int, block_size: int = 16, prefix_caching: bool = True):
         c = model.config
         self.manager = BlockManager(num_blocks, block_size, prefix_caching)
+        self.max_len = c.max_len
         dtype = next(model.parameters()).dtype
         device = next(model.parameters()).device
         shape = (num_blocks * block_size, c.kv_heads, c.d_k)  # (槽位, h_kv, d_k)
@@ -159,28 +162,35 @@ class PagedKVCache:
         """此刻真正被占用的缓存字节数（已分配的块 × 每块字节）。"""
         return self.manager.used_blocks * self.bytes_per_block
 
-    def view(self, seq_ids: list[int], n_new: int) -> tuple[LMCache, torch.Tensor, torch.Tensor]:
-        """为一批序列各写 ``n_new`` 个新位置做准备，返回 ``(cache, positions, attn_mask)`` 交给模型。
+    def view(self, seq_ids: list[int], n_new: list[int]) -> tuple[LMCache, torch.Tensor, torch.Tensor]:
+        """第 b 条序列要写 ``n_new[b]`` 个新位置（解码时 1 个，预填充时整段提示）：返回交给模型的
+        ``(cache, positions, attn_mask)``。调用方把各行的新词元右侧补齐到 ``T_new = max(n_new)`` 再送进模型。
 
-        ``positions`` ``(B, n_new)`` 是各序列自己的位置；``attn_mask`` ``(B, 1, n_new, T_k)`` 只放行每行真实的
-        缓存位置与因果允许的新位置；``cache`` 的 ``length`` 设为 ``T_k - n_new``，使模型的因果掩码对齐到末尾。
+        收集后的 K/V 长度取 ``T_k = max(已缓存长度) + T_new``，``cache.length = T_k − T_new``，这样模型自带的
+        因果掩码对每一行都不会多挡；真正的可见范围由 ``attn_mask`` ``(B, 1, T_new, T_k)`` 给出：
+        第 b 行第 i 个新词元（位置 ``start_b + i``）只看见位置 ``≤ start_b + i`` 的键，填充处一律挡住。
         """
         m = self.manager
         starts = [m.lengths[s] for s in seq_ids]
-        write = [m.append_slots(s, n_new) for s in seq_ids]
-        width = max(starts) + n_new  # T_k：收集后的统一长度，较短的序列左对齐、右侧填充
+        write = [m.append_slots(s, n) for s, n in zip(seq_ids, n_new)]
+        t_new = max(n_new)
+        width = max(starts) + t_new
         read = torch.zeros(len(seq_ids), width, dtype=torch.long)
-        valid = torch.zeros(len(seq_ids), n_new, width, dtype=torch.bool)
+        offsets = torch.arange(m.block_size)
         for b, s in enumerate(seq_ids):
-            total = starts[b] + n_new
-            read[b, :total] = torch.tensor([m.slot(s, p) for p in range(total)])
-            for i in range(n_new):
-                valid[b, i, : starts[b] + i + 1] = True  # 自己的历史 + 因果允许的新位置
+            total = starts[b] + n_new[b]
+            table = torch.tensor(m.tables[s])
+            read[b, :total] = (table[:, None] * m.block_size + offsets).flatten()[:total]  # (total,) 槽位号
+        start = torch.tensor(starts)[:, None, None]  # (B, 1, 1)
+        step = torch.arange(t_new)[None, :, None]  # (1, T_new, 1)
+        real_query = step < torch.tensor(n_new)[:, None, None]  # (B, T_new, 1)
+        valid = (torch.arange(width)[None, None, :] <= start + step) & real_query  # (B, T_new, T_k)
+        new_index = torch.tensor([b * t_new + i for b, n in enumerate(n_new) for i in range(n)])  # (N_new,)
         device = self.k[0].device
-        write_slots = torch.tensor([slot for row in write for slot in row], device=device)  # (B·n_new,)
-        read = read.to(device)
+        write_slots = torch.tensor([slot for row in write for slot in row], device=device)  # (N_new,)
+        new_index, read = new_index.to(device), read.to(device)
         cache = LMCache(len(self.k))
-        cache.layers = [_PagedLayer(k, v, write_slots, read) for k, v in zip(self.k, self.v)]
-        cache.length = width - n_new
-        positions = torch.tensor([[st + i for i in range(n_new)] for st in starts], device=device)  # (B, n_new)
-        return cache, positions, valid[:, None].to(device)
+        cache.layers = [_PagedLayer(k, v, new_index, write_slots, read) for k, v in zip(self.k, self.v)]
+        cache.length = width - t_new
+        positions = (start[:, :, 0] + step[:, :, 0]).clamp(max=self.max_len - 1)  # (B, T_new)；填充处截在上下文内
+        return cache, positions.to(device), valid[:, None].to(device)

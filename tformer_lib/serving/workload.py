@@ -1,0 +1,121 @@
+"""一份可复现的请求负载（workload），以及在它上面比较静态批处理与连续批处理的度量。
+
+负载里提示长短不一、输出长短不一（多数短、少数长，像真实的对话服务），到达时间按泊松过程（Poisson process）
+由种子决定。度量（metrics）：
+
+- 吞吐（throughput）：全部生成词元数 ÷ 从第一个请求到达到最后一个请求结束的墙钟时间；
+- 首词元时延（time to first token，TTFT）：第一个新词元的时刻 − 到达时刻；
+- 每词元时延（time per output token，TPOT）：（结束 − 第一个词元）÷（输出词元数 − 1）；
+
+时延报告中位数 p50 与 p95。
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from torch import nn
+
+from .engine import Engine, Request
+from .ragged import greedy_batch
+
+__all__ = ["WorkItem", "make_workload", "run_static", "run_continuous", "summarize"]
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """负载中的一个请求：提示、要生成的词元数、相对开始时刻的到达时间（秒）。"""
+
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    arrival: float
+
+
+def make_workload(prompts: Sequence[Sequence[int]], n_requests: int, *, max_len: int, seed: int = 0,
+                  mean_new_tokens: float = 20.0, rate: float = 50.0) -> list[WorkItem]:
+    """从 ``prompts`` 里有放回地抽 ``n_requests`` 个提示；输出长度取指数分布（均值 ``mean_new_tokens``，至少 2，
+    不超出上下文），到达间隔取均值 ``1/rate`` 秒的指数分布。同一个 ``seed`` 给出同一份负载。"""
+    if not prompts:
+        raise ValueError("prompts 不能为空")
+    if isinstance(n_requests, bool) or not isinstance(n_requests, int) or n_requests < 1:
+        raise ValueError(f"n_requests 应为正整数，收到 {n_requests!r}")
+    rng = random.Random(seed)
+    items, now = [], 0.0
+    for _ in range(n_requests):
+        prompt = tuple(rng.choice(prompts))
+        room = max_len - len(prompt)
+        if room < 1:
+            raise ValueError(f"提示长度 {len(prompt)} 已占满上下文 max_len={max_len}")
+        n_new = min(room, max(2, round(rng.expovariate(1.0 / mean_new_tokens))))
+        items.append(WorkItem(prompt, n_new, now))
+        now += rng.expovariate(rate)
+    return items
+
+
+def run_static(model: nn.Module, items: Sequence[WorkItem], *, max_batch: int = 8,
+               eos_id: int | None = None) -> tuple[list[Request], float]:
+    """静态批处理：已到达的请求凑成一批（至多 ``max_batch`` 条），一起跑到这批里最长的一条结束，再开下一批。
+
+    返回每个请求的记录（时刻、每步所在槽位）与总墙钟时间。
+    """
+    start = time.perf_counter()
+    requests = [Request(list(it.prompt), it.max_new_tokens, i, start + it.arrival) for i, it in enumerate(items)]
+    pending, step = list(requests), 0
+    while pending:
+        now = time.perf_counter()
+        if pending[0].arrival > now:
+            time.sleep(pending[0].arrival - now)
+            now = time.perf_counter()
+        batch = [r for r in pending if r.arrival <= now][:max_batch]
+        pending = [r for r in pending if r not in batch]
+        steps_of = [0] * len(batch)
+
+        def on_token(b, token, batch=batch, steps_of=steps_of, base=step):
+            r = batch[b]
+            r.slot_steps.append((base + steps_of[b], b))
+            steps_of[b] += 1
+            t = time.perf_counter()
+            if r.first_token_time is None:
+                r.first_token_time = t
+            r.finish_time = t
+
+        outputs = greedy_batch(model, [r.prompt for r in batch], [r.max_new_tokens for r in batch],
+                               eos_id=eos_id, on_token=on_token)
+        for r, out in zip(batch, outputs):
+            r.output = out
+        # 整批要跑到最长的一条结束：这段时间里所有槽位都被这批占着
+        step += max(len(out) for out in outputs)
+    return requests, time.perf_counter() - start
+
+
+def run_continuous(model: nn.Module, items: Sequence[WorkItem], *, max_batch: int = 8, eos_id: int | None = None,
+                   **engine_options) -> tuple[list[Request], float, Engine]:
+    """连续批处理：同一份负载交给 :class:`~.engine.Engine`；返回请求记录、总墙钟时间与引擎（看内存峰值等）。"""
+    engine = Engine(model, max_batch=max_batch, eos_id=eos_id, **engine_options)
+    start = time.perf_counter()
+    requests = [engine.add_request(list(it.prompt), it.max_new_tokens, arrival=start + it.arrival) for it in items]
+    engine.run()
+    return requests, time.perf_counter() - start, engine
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def summarize(requests: Sequence[Request], wall: float) -> dict:
+    """吞吐（词元/秒）与 TTFT、TPOT 的 p50/p95（秒）。"""
+    tokens = sum(len(r.output) for r in requests)
+    ttft = [r.first_token_time - r.arrival for r in requests if r.first_token_time is not None]
+    tpot = [(r.finish_time - r.first_token_time) / (len(r.output) - 1) for r in requests if len(r.output) > 1]
+    return {
+        "tokens": tokens,
+        "seconds": wall,
+        "throughput": tokens / wall,
+        "ttft_p50": statistics.median(ttft), "ttft_p95": _percentile(ttft, 0.95),
+        "tpot_p50": statistics.median(tpot), "tpot_p95": _percentile(tpot, 0.95),
+    }
