@@ -8,7 +8,8 @@
 用法：python benchmarks/lm_step.py [--threads 1] [--rounds 15] [--batch 16] [--no-profile]
 
 时间花在哪里（2026-12-01，torch 2.13 CPU、AVX512、1 线程、15 轮、机器被其他任务占满，比值比秒数可靠）：
-我们的 SDPA 路径 / PyTorch 的耗时比中位数 0.95×（四分位 0.87–1.01），显式路径 1.06×（0.95–1.13）。
+我们的 SDPA 路径 / PyTorch 的耗时比中位数 0.95×（四分位 0.87–1.01），显式路径 1.06×（0.95–1.13）；
+负载降到 3 左右时再测一次：SDPA 路径 0.96×（0.90–0.97，8.0k 对 7.7k tokens/s），显式路径 1.09×。
 两边都有约 45% 的时间在矩阵乘（mm/addmm：投影、FFN 与 V≈4.5k 的输出层），约 15% 在输出层的
 log_softmax 前向与反向——词表大、模型小，输出层就是大头。显式路径多出的是掩码：打分前 masked_fill、
 softmax 后再 masked_fill 一次（保证整行被屏蔽时输出 0），前向加反向约占 7.5%；PyTorch 用 ``is_causal=True``
