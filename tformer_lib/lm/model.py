@@ -10,6 +10,7 @@ import math
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .._checks import bool_mask, non_empty_sequence, tensor_with_dim, token_ids
 from ..attention import MultiHeadAttention
@@ -69,6 +70,7 @@ class DecoderOnlyLM(nn.Module):
         self.norm = make_norm(c.norm, c.d_model) if c.norm_first else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self._init_parameters()
+        self.activation_checkpointing = False  # 见 set_activation_checkpointing
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_embed.weight  # 权重共享：输出层 = 词嵌入矩阵的转置
 
@@ -134,8 +136,12 @@ class DecoderOnlyLM(nn.Module):
         x = self.dropout(x)
         # 2) N 个因果块
         rope_positions = positions if self.config.positional == "rope" else None
+        recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, cache.layers[i] if cache is not None else None, rope_positions)  # (B, T, d_model)
+            if recompute:  # 激活重算：块内的中间结果不保存，反向时再算一遍前向
+                x = checkpoint(block, x, mask, None, rope_positions, use_reentrant=False)  # (B, T, d_model)
+            else:
+                x = block(x, mask, cache.layers[i] if cache is not None else None, rope_positions)  # (B, T, d_model)
         if cache is not None:
             cache.length += length
         # 3) 末层归一化 + 输出层
@@ -149,6 +155,14 @@ class DecoderOnlyLM(nn.Module):
         for module in self.modules():
             if isinstance(module, MultiHeadAttention):
                 module.fast = fast
+
+    def set_activation_checkpointing(self, enabled: bool) -> None:
+        """打开/关闭激活重算（activation checkpointing，``torch.utils.checkpoint``）：训练时每块只保存它的输入，
+        反向传播时重算块内的前向。省下块内的激活内存，代价是多算一次前向；梯度与不重算时相同（测试保证）。
+        推理（``torch.no_grad``）与带缓存的生成不受影响。"""
+        if not isinstance(enabled, bool):
+            raise TypeError(f"enabled 应是 bool，收到 {enabled!r}")
+        self.activation_checkpointing = enabled
 
     def attention_weights(self) -> list[torch.Tensor | None]:
         """最近一次前向每块的注意力权重 ``(B, h, T, T_k)``（快速路径下为 None）。"""

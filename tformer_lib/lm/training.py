@@ -30,7 +30,11 @@ from .data import loss_targets
 from .model import DecoderOnlyLM, make_lm
 from .quality import lm_perplexity
 
-__all__ = ["WarmupCosine", "make_adamw", "LMTrainer", "save_lm_checkpoint", "load_lm"]
+__all__ = ["WarmupCosine", "make_adamw", "LMTrainer", "save_lm_checkpoint", "load_lm", "AUTOCAST_DTYPES"]
+
+#: ``LMTrainer(autocast=…)`` 的取值：None = 全 float32；"bf16"/"fp16" = ``torch.autocast`` 下的 16 位算子
+#: （"fp16" 另用 ``torch.amp.GradScaler`` 做损失缩放）。参数、梯度与 AdamW 状态始终是 float32。
+AUTOCAST_DTYPES = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class WarmupCosine:
@@ -74,6 +78,9 @@ class LMTrainer:
     valid: ``(inputs, targets)``，各 ``(M, L)``；``None`` 不评估。
     total_steps: 学习率调度的总长度；:meth:`fit` 默认训到这一步。
     progress: 进度条；``None`` = 只在终端（tty）里显示，笔记本与 CI 中关闭。
+    accumulation_steps: 梯度累积（gradient accumulation）：每步把 ``batch_size`` 切成这么多个微批依次反向。
+    autocast: None | "bf16" | "fp16"：在 ``torch.autocast`` 下前向（混合精度）；"fp16" 另带 ``GradScaler``。
+    activation_checkpointing: 激活重算（:meth:`~tformer_lib.lm.DecoderOnlyLM.set_activation_checkpointing`）。
     ``history``：``step_loss``/``step_lr`` 每步一个数，``evals`` 是每次评估的字典（step、valid_loss、valid_ppl）。
     """
 
@@ -94,6 +101,9 @@ class LMTrainer:
         eval_every: int = 200,
         progress: bool | None = None,
         verbose: bool = False,
+        accumulation_steps: int = 1,
+        autocast: str | None = None,
+        activation_checkpointing: bool = False,
     ):
         if not isinstance(model, DecoderOnlyLM):
             raise TypeError(f"model 应是 make_lm(config) 得到的 DecoderOnlyLM，收到 {type(model).__name__}")
@@ -101,6 +111,19 @@ class LMTrainer:
             raise ValueError(f"train_blocks 应是 (N, L+1) 的 LongTensor、L ≥ 1，收到 {getattr(train_blocks, 'shape', train_blocks)}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(train_blocks):
             raise ValueError(f"batch_size 应是 [1, {len(train_blocks)}] 内的整数，收到 {batch_size!r}")
+        if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps 应为正整数，收到 {accumulation_steps!r}")
+        if batch_size % accumulation_steps != 0:
+            raise ValueError(f"batch_size={batch_size} 不能被 accumulation_steps={accumulation_steps} 整除")
+        if autocast not in AUTOCAST_DTYPES:
+            raise ValueError(f"autocast 应是 {tuple(AUTOCAST_DTYPES)} 之一，收到 {autocast!r}")
+        if not isinstance(activation_checkpointing, bool):
+            raise TypeError(f"activation_checkpointing 应是 bool，收到 {activation_checkpointing!r}")
+        model.set_activation_checkpointing(activation_checkpointing)
+        self.accumulation_steps, self.autocast = accumulation_steps, autocast
+        device_type = next(model.parameters()).device.type
+        # float16 的梯度会下溢为 0：按损失缩放（loss scaling）补救；bfloat16 的指数位与 float32 相同，不需要
+        self.scaler = torch.amp.GradScaler(device_type) if autocast == "fp16" else None
         self.model, self.train_blocks, self.valid = model, train_blocks, valid
         self.batch_size, self.clip, self.seed = batch_size, clip, seed
         self.eval_every, self.progress, self.verbose = eval_every, progress, verbose
@@ -123,24 +146,58 @@ class LMTrainer:
         order = torch.randperm(len(self.train_blocks), generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
         return self.train_blocks[order[k * self.batch_size : (k + 1) * self.batch_size]]
 
-    def train_step(self) -> float:
-        """一个训练步，返回这一步的损失。"""
-        self.model.train()
-        device = next(self.model.parameters()).device
-        inputs, targets = loss_targets(self.batch(self.step).to(device))  # (B, L), (B, L)
-        logits = self.model(inputs)  # (B, L, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)
+    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor, n_targets: int | None) -> torch.Tensor:
+        """一批（或一个微批）的交叉熵；``n_targets`` 给出时是“总和 / 整批的非 PAD 目标数”（梯度累积用）。"""
+        if self.autocast is None:
+            logits = self.model(inputs)  # (B, L, V)
+        else:
+            with torch.autocast(inputs.device.type, AUTOCAST_DTYPES[self.autocast]):
+                logits = self.model(inputs)  # (B, L, V)，矩阵乘法在 16 位里算
+        logits = logits.float().flatten(0, 1)  # (B·L, V)：损失总在 float32 里算
+        if n_targets is None:
+            return F.cross_entropy(logits, targets.flatten(), ignore_index=PAD)
+        return F.cross_entropy(logits, targets.flatten(), ignore_index=PAD, reduction="sum") / n_targets
+
+    def _check_finite(self, loss: torch.Tensor) -> None:
         if not torch.isfinite(loss):
             raise TrainingDivergedError(
                 f"第 {self.step + 1} 步的损失变成了 {loss.item()}（学习率 {self.scheduler.get_last_lr()[0]:.3g}）。"
                 "可以尝试：调小 lr、加大 warmup，或设置 clip（如 1.0）。"
             )
+
+    def train_step(self) -> float:
+        """一个训练步，返回这一步的损失。
+
+        ``accumulation_steps = k > 1`` 时把一批切成 k 个微批（micro-batch）依次前向、反向，梯度在 ``.grad`` 里累加；
+        每个微批的损失是“总和 / 整批的非 PAD 目标数”，所以累加出的梯度与一次算整批相同（测试保证）。
+        """
+        self.model.train()
+        device = next(self.model.parameters()).device
+        inputs, targets = loss_targets(self.batch(self.step).to(device))  # (B, L), (B, L)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        scale = (lambda t: self.scaler.scale(t)) if self.scaler is not None else (lambda t: t)
+        if self.accumulation_steps == 1:
+            loss = self._loss(inputs, targets, None)
+            self._check_finite(loss)
+            scale(loss).backward()
+        else:
+            n_targets = max(1, int((targets != PAD).sum()))
+            loss = torch.zeros(())
+            for inp, tgt in zip(inputs.chunk(self.accumulation_steps), targets.chunk(self.accumulation_steps)):
+                part = self._loss(inp, tgt, n_targets)  # 微批 (B/k, L)
+                self._check_finite(part)
+                scale(part).backward()
+                loss = loss + part.detach().cpu()
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # 先除回缩放因子，裁剪才看得到真实的梯度范数
         if self.clip is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.history["step_lr"].append(self.scheduler.get_last_lr()[0])
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # 梯度里有 inf/NaN 时跳过这一步，并减小缩放因子
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.scheduler.step()
         self.step += 1
         self.tokens_seen += int((targets != PAD).sum())
@@ -201,6 +258,7 @@ class LMTrainer:
             "cpu_seconds": self.cpu_seconds,
             "tokens_seen": self.tokens_seen,
             "rng": torch.get_rng_state(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -214,6 +272,8 @@ class LMTrainer:
         self.seconds, self.tokens_seen = float(state["seconds"]), int(state["tokens_seen"])
         self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
         torch.set_rng_state(state["rng"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
 
 
 def save_lm_checkpoint(

@@ -1,0 +1,191 @@
+r"""一个训练步的内存账本（memory account）：参数、梯度、优化器状态、激活，以及“每个参数占几个字节”。
+
+训练时内存分两大块：
+
+* **模型状态**（model states），与批大小无关：参数 Ψ 个，梯度 Ψ 个，Adam 的一阶矩 m 与二阶矩 v 各 Ψ 个。
+  全 float32 训练每个参数 4 + 4 + 4 + 4 = **16 字节**。ZeRO 论文（Rajbhandari et al., 2020）式的混合精度
+  （mixed precision）把参数与梯度存成 16 位（2 + 2 字节），但另要一份 float32 的主权重（master weights, 4 字节）
+  和 float32 的 m、v（4 + 4）——合计还是 **16 字节**：混合精度省下的不是模型状态，而是激活与算力。
+  PyTorch 的 ``torch.autocast`` 更简单：参数、梯度、m、v 都仍是 float32（16 字节），只在算子里临时转成 16 位。
+* **激活**（activations）：前向传播为反向传播保存下来的张量，随批大小 B 与长度 T 增长；
+  :func:`lm_activation_bytes` 逐项列出仅解码器模型保存的每一个张量（公式与 :func:`measure_activation_bytes`
+  的实测逐字节相等，测试保证）。
+
+记号同 :mod:`tformer_lib.costs`：B 批大小，T 长度，d = d_model，h 头数，d_k = d/h，d_ff，V 词表大小，N 层数。
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._checks import positive_int
+from .costs import attention_memory, saved_tensor_bytes
+
+__all__ = [
+    "BYTES_PER_PARAMETER",
+    "parameter_count",
+    "model_state_bytes",
+    "measured_model_state_bytes",
+    "lm_activation_bytes",
+    "measure_activation_bytes",
+    "training_step_memory",
+]
+
+#: 每个参数占的字节：全 float32、torch.autocast（权重仍是 float32）、ZeRO 式混合精度（16 位权重 + float32 主权重）。
+BYTES_PER_PARAMETER = {
+    "fp32": {"params": 4, "grads": 4, "master": 0, "adam_m": 4, "adam_v": 4},
+    "autocast": {"params": 4, "grads": 4, "master": 0, "adam_m": 4, "adam_v": 4},
+    "mixed": {"params": 2, "grads": 2, "master": 4, "adam_m": 4, "adam_v": 4},
+}
+
+_INT64, _BOOL, _FP32 = 8, 1, 4
+
+
+def parameter_count(model: nn.Module) -> int:
+    """参数个数 Ψ；共享的张量（如权重共享的词嵌入与输出层）只算一次。"""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model 应是 nn.Module，收到 {type(model).__name__}")
+    return sum(p.numel() for p in model.parameters())  # model.parameters() 已对同一个 Parameter 去重
+
+
+def model_state_bytes(n_params: int, precision: str = "fp32") -> dict[str, int]:
+    """Ψ 个参数的模型状态字节数，按部分列出（``params``、``grads``、``master``、``adam_m``、``adam_v``），
+    另含 ``"total"`` 与 ``"bytes_per_parameter"``。``precision`` 是 :data:`BYTES_PER_PARAMETER` 的键之一。"""
+    positive_int("n_params", n_params)
+    if precision not in BYTES_PER_PARAMETER:
+        raise ValueError(f"precision 应是 {tuple(BYTES_PER_PARAMETER)} 之一，收到 {precision!r}")
+    per = BYTES_PER_PARAMETER[precision]
+    parts = {name: n_params * b for name, b in per.items()}
+    parts["total"] = sum(parts.values())
+    parts["bytes_per_parameter"] = sum(per.values())
+    return parts
+
+
+def measured_model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
+    """PyTorch 实际持有的模型状态字节数：参数、``.grad``、优化器状态里的每个张量（Adam 的 ``exp_avg``、
+    ``exp_avg_sq``，以及每个参数张量一个 0 维的 ``step`` 计数）。同一块存储只算一次。"""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model 应是 nn.Module，收到 {type(model).__name__}")
+    params = list(model.parameters())
+    out = {
+        "params": sum(p.untyped_storage().nbytes() for p in params),
+        "grads": sum(p.grad.untyped_storage().nbytes() for p in params if p.grad is not None),
+        "adam_m": 0,
+        "adam_v": 0,
+        "step": 0,
+        "other": 0,
+    }
+    if optimizer is not None:
+        names = {"exp_avg": "adam_m", "exp_avg_sq": "adam_v", "step": "step"}
+        for state in optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    out[names.get(key, "other")] += value.untyped_storage().nbytes()
+    out["total"] = sum(out.values())
+    return out
+
+
+def _norm_bytes(kind: str, btd: int, bt: int, e: int) -> int:
+    """一个归一化层为反向保存的字节：LayerNorm 存输入与每位置的均值、1/标准差（float32）；
+    RMSNorm 存输入、1/均方根与归一化后的 x（乘 γ 要用）。"""
+    if kind == "layer":
+        return btd * e + 2 * bt * _FP32  # x (B, T, d) + 均值、1/标准差 各 (B, T, 1)
+    return 2 * btd * e + bt * _FP32  # x、x/rms 各 (B, T, d) + 1/rms (B, T, 1)
+
+
+def lm_activation_bytes(
+    config, batch: int, length: int, bytes_per_element: int = 4, checkpointing: bool = False
+) -> dict[str, int]:
+    r"""仅解码器语言模型（:class:`~tformer_lib.lm.LMConfig`）一次“前向 + 交叉熵”为反向保存的激活字节数。
+
+    返回的字典按部分列出（每块的项已乘以 N 层），另含 ``"per_block"`` 与 ``"total"``：
+
+    * ``embedding``：词元 id ``(B, T)`` int64（查表的反向要用），可学习位置编码另存位置 ``(T,)``；
+    * ``norms``：每块两个归一化（见 :func:`_norm_bytes`），pre-LN 另加末层归一化；
+    * ``linear_inputs``：每块送进 W^Q/W^K/W^V（共用一份）与 W_1 的输入、再加输出层的输入，各 ``(B, T, d)``；
+    * ``attention``：显式路径即 :func:`~tformer_lib.costs.attention_memory` 的六项——q、k、v、softmax 输出
+      ``(B, h, T, T)``、掩码置零后的权重（与分数同形）、拼接后的输出——再加两个 ``(T, T)`` 布尔掩码；
+      快速路径（SDPA）不存 ``(B, h, T, T)``，只存 q、k、v、输出、拼接结果、每行的 logsumexp ``(B, h, T)``、
+      加性掩码 ``(T, T)`` 与 ``(T, 1)`` 的布尔行标记；RoPE 另存每次旋转的 cos、sin；
+    * ``ffn``：ReLU 存 1 份 ``(B, T, d_ff)``，GELU 2 份（输入与输出），SwiGLU 4 份；
+    * ``loss``：log_softmax 的输出 ``(B·T, V)`` float32、目标 ``(B·T,)`` int64 与一个标量。
+
+    ``checkpointing=True``（激活重算，:meth:`~tformer_lib.lm.DecoderOnlyLM.set_activation_checkpointing`）时，
+    块内的四项都不再保存，每块只存它的输入 ``(B, T, d)``（``block_inputs``），各块共用的因果掩码 ``(T, T)``
+    （RoPE 时还有位置 ``(T,)``）只存一次；反向时一次重算一块，所以峰值再加一块的量 ``"recompute_peak"``
+    （= ``"per_block"``，不计入 ``"total"``）。
+
+    前提：dropout 为 0（否则还要存随机掩码）、``n_kv_heads`` 为 None、输入是连续张量。
+    参数不计（它们本来就在内存里）。
+    """
+    from .lm.config import LMConfig
+
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")
+    for name, value in (("batch", batch), ("length", length), ("bytes_per_element", bytes_per_element)):
+        positive_int(name, value)
+    if config.dropout != 0:
+        raise ValueError(f"公式只覆盖 dropout=0（dropout 还会保存随机掩码），收到 dropout={config.dropout}")
+    if config.n_kv_heads not in (None, config.n_heads):
+        raise ValueError(f"公式只覆盖普通多头注意力（n_kv_heads=None），收到 n_kv_heads={config.n_kv_heads}")
+    c, e, B, T = config, bytes_per_element, batch, length
+    bt, btd = B * T, B * T * c.d_model
+    embedding = bt * _INT64 + (T * _INT64 if c.positional == "learned" else 0)
+    block_norms = 2 * _norm_bytes(c.norm, btd, bt, e)
+    block_inputs = 2 * btd * e  # 归一化后送进 W^Q/W^K/W^V 与 W_1 的输入
+    if c.fast_attention:
+        attn = 5 * btd * e + B * c.n_heads * T * _FP32 + T * T * e + T * _BOOL  # q,k,v,输出,拼接 + lse + 掩码
+    else:
+        parts = attention_memory(B, T, T, c.d_model, c.n_heads, e)
+        attn = sum(parts.values()) + 2 * T * T * _BOOL  # 两处 ~mask
+    if c.positional == "rope":
+        attn += 2 * 2 * T * (c.d_k // 2) * e  # q、k 各旋转一次，每次存 cos、sin (T, d_k/2)
+    ffn = {"relu": 1, "gelu": 2, "swiglu": 4}[c.activation] * bt * c.d_ff * e
+    per_block = {"norms": block_norms, "linear_inputs": block_inputs, "attention": attn, "ffn": ffn}
+    final_norm = _norm_bytes(c.norm, btd, bt, e) if c.norm_first else 0
+    kept = 0 if checkpointing else c.n_layers  # 激活重算时块内一项都不保存
+    out = {
+        "embedding": embedding,
+        "norms": kept * block_norms + final_norm,
+        "linear_inputs": kept * block_inputs + btd * e,  # + 输出层的输入
+        "attention": kept * attn,
+        "ffn": kept * ffn,
+        "loss": bt * c.vocab_size * _FP32 + bt * _INT64 + _FP32,
+    }
+    if checkpointing:
+        shared = T * T * _BOOL + (T * _INT64 if c.positional == "rope" else 0)  # 因果掩码（与 RoPE 位置）
+        out["block_inputs"] = c.n_layers * btd * e + shared
+    out["total"] = sum(out.values())
+    out["per_block"] = sum(per_block.values())
+    if checkpointing:
+        out["recompute_peak"] = out["per_block"]
+    return out
+
+
+def _lm_loss(model, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = model(tokens)  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=model.config.pad_id)
+
+
+def measure_activation_bytes(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> int:
+    """实测：运行一次 ``model(tokens)`` + 交叉熵，返回 autograd 保存的张量字节数（参数除外，同一存储只算一次）。
+
+    用 ``torch.autograd.graph.saved_tensors_hooks`` 截获每个被保存的张量（见
+    :func:`~tformer_lib.costs.saved_tensor_bytes`）。在当前的 autocast 与激活重算设置下测量。
+    """
+    params = tuple(model.parameters())
+    return saved_tensor_bytes(lambda: _lm_loss(model, tokens, targets), exclude=params)
+
+
+def training_step_memory(
+    model: nn.Module, batch: int, length: int, precision: str = "fp32", checkpointing: bool = False
+) -> dict[str, int]:
+    """一个训练步的完整账本（公式）：模型状态（按 ``precision``）+ 激活（fp32 模型，:func:`lm_activation_bytes`）。"""
+    states = model_state_bytes(parameter_count(model), precision)
+    acts = lm_activation_bytes(model.config, batch, length, checkpointing=checkpointing)
+    out = {k: v for k, v in states.items() if k not in ("total", "bytes_per_parameter")}
+    out["activations"] = acts["total"]
+    out["total"] = states["total"] + acts["total"]
+    return out
