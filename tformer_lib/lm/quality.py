@@ -70,10 +70,11 @@ def lm_perplexity(model, inputs: torch.Tensor, targets: torch.Tensor, batch_size
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
+    device = next(model.parameters()).device
     try:
         for i in range(0, inputs.shape[0], batch_size):
-            logits = model(inputs[i : i + batch_size])  # (b, L, V)
-            t = targets[i : i + batch_size]
+            logits = model(inputs[i : i + batch_size].to(device))  # (b, L, V)
+            t = targets[i : i + batch_size].to(device)
             total += float(F.cross_entropy(logits.flatten(0, 1), t.flatten(), ignore_index=PAD, reduction="sum"))
             count += int((t != PAD).sum())
     finally:
