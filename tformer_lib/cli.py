@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     from .lm.cli import register_lm_commands  # 挂钩：语言模型的 lm-train / lm-generate（见 tformer_lib/lm/cli.py）
 
     register_lm_commands(sub)
+    from .serving.cli import register_serve_command  # 挂钩：推理服务 serve（见 tformer_lib/serving/cli.py）
+
+    register_serve_command(sub)
     return p
 
 

@@ -7,6 +7,17 @@
 from .ragged import check_prompts, greedy_batch, left_pad
 from .paged_cache import BlockManager, OutOfBlocksError, PagedKVCache
 from .engine import Engine, Request
+from .workload import WorkItem, make_workload, run_continuous, run_static, summarize
+from .speculative import (
+    SpeculativeStats,
+    expected_speedup,
+    expected_tokens_per_pass,
+    layer_skip_draft,
+    speculative_generate,
+)
+from .server import EngineWorker, create_app
 
 __all__ = ["check_prompts", "greedy_batch", "left_pad", "BlockManager", "OutOfBlocksError", "PagedKVCache",
-           "Engine", "Request"]
+           "Engine", "Request", "WorkItem", "make_workload", "run_continuous", "run_static", "summarize",
+           "SpeculativeStats", "expected_speedup", "expected_tokens_per_pass", "layer_skip_draft",
+           "speculative_generate", "EngineWorker", "create_app"]
