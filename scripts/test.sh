@@ -22,6 +22,11 @@ echo "== 1/4 库的单元测试（pytest tests）"
 python -m pytest tests -p no:cacheprovider -q
 timing
 
+# 推理服务基准的小规模版本：两种批处理、推测解码与单独生成逐词元相同，流程能跑通（数字不作结论）
+echo "== 1b 推理服务基准（benchmarks/serving.py --quick）"
+python benchmarks/serving.py --quick
+timing
+
 # 笔记本的 nbval 回归只跑一遍，而且在更严格的条件下：从轮子装进新的虚拟环境、笔记本复制到仓库外
 # （读者的情形；仓库里能过、装好的包却缺文件的问题也会在这里暴露）。各章与 notebooks/solutions/ 全部都跑。
 # 作者在仓库里单独检查一章：python -m pytest notebooks/03_attention.ipynb --nbval --nbval-current-env \
