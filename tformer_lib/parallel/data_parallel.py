@@ -1,0 +1,145 @@
+"""数据并行（data parallelism）：每个进程一份完整的模型，各算一部分批次，反向后把梯度取平均。
+
+三种写法，测试证明它们 k 步后的损失与参数一致：
+
+1. 单进程、整批（参照）；
+2. 手写：``loss.backward()`` 之后对每个梯度 ``dist.all_reduce(SUM)`` 再除以进程数 p（:func:`allreduce_gradients`）；
+3. PyTorch 的 ``DistributedDataParallel``（DDP）：同样的平均，但把梯度分桶（bucket），在反向传播进行中就开始通信。
+
+为什么平均梯度就等于整批：损失是批内平均，整批 B = p 份各 B/p 时
+∇L = (1/B)Σ_i ∇ℓ_i = (1/p)Σ_r [(p/B)Σ_{i∈r} ∇ℓ_i] = 各进程梯度的平均（没有 PAD 目标时严格成立）。
+
+每个进程取哪些样本由 ``DistributedSampler`` 决定（:func:`rank_batches`）：每个 epoch 按种子打乱一次，
+rank r 拿走第 r, r+p, r+2p, … 个；只有 rank 0 打印与保存检查点（:func:`~tformer_lib.parallel.launch.is_rank0`）。
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data.distributed import DistributedSampler
+
+from ..specials import PAD
+from .launch import launch
+
+__all__ = ["allreduce_gradients", "rank_batches", "global_batches", "train_lm_worker", "train_data_parallel",
+           "train_single_process", "DP_MODES"]
+
+#: 数据并行的写法："manual" = 手写梯度 all-reduce，"ddp" = DistributedDataParallel
+DP_MODES = ("manual", "ddp")
+
+
+def allreduce_gradients(model: nn.Module) -> int:
+    """把每个参数的梯度在所有进程间求平均（手写的数据并行），返回本进程交给 all-reduce 的字节数。"""
+    world_size = dist.get_world_size()
+    sent = 0
+    for p in model.parameters():
+        if p.grad is None:
+            continue
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # 每个进程都得到 Σ_r grad_r
+        p.grad /= world_size  # 求和 → 平均
+        sent += p.grad.numel() * p.grad.element_size()
+    return sent
+
+
+def rank_batches(n_samples: int, batch_size: int, rank: int, world_size: int, seed: int = 0, epoch: int = 0) -> list[torch.Tensor]:
+    """``DistributedSampler`` 给 rank 的每一步样本下标：全局批 ``batch_size``，每个进程 ``batch_size // world_size`` 个。"""
+    if batch_size % world_size != 0:
+        raise ValueError(f"batch_size={batch_size} 不能被进程数 world_size={world_size} 整除")
+    sampler = DistributedSampler(range(n_samples), num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
+                                 drop_last=True)
+    sampler.set_epoch(epoch)
+    indices = torch.tensor(list(iter(sampler)))
+    per_rank = batch_size // world_size
+    return list(indices[: len(indices) // per_rank * per_rank].split(per_rank))
+
+
+def global_batches(n_samples: int, batch_size: int, world_size: int, seed: int = 0, epoch: int = 0) -> list[torch.Tensor]:
+    """与 :func:`rank_batches` 同一批数据的单进程版本：第 s 步 = 各 rank 第 s 步下标拼起来。"""
+    per_rank = [rank_batches(n_samples, batch_size, r, world_size, seed, epoch) for r in range(world_size)]
+    return [torch.cat(parts) for parts in zip(*per_rank)]
+
+
+def _lm_loss(model, block: torch.Tensor) -> torch.Tensor:
+    inputs, targets = block[:, :-1], block[:, 1:]  # (b, L), (b, L)
+    logits = model(inputs)  # (b, L, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)  # logits 展平为 (b·L, V)
+
+
+def _new_model(config_dict: dict, state: dict):
+    from ..lm import LMConfig, make_lm
+
+    model = make_lm(LMConfig.from_dict(config_dict))
+    model.load_state_dict(state)
+    return model
+
+
+def _train(model, optimizer, batches, blocks, steps, sync=None) -> list[float]:
+    losses = []
+    for step in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        loss = _lm_loss(model, blocks[batches[step]])
+        loss.backward()
+        if sync is not None:
+            sync()
+        optimizer.step()
+        value = loss.detach().clone()
+        if dist.is_initialized():
+            dist.all_reduce(value)  # 日志里的损失：各进程平均 = 整批的损失
+            value /= dist.get_world_size()
+        losses.append(float(value))
+    return losses
+
+
+def train_lm_worker(rank: int, world_size: int, modes, config_dict: dict, state: dict, blocks: torch.Tensor,
+                    steps: int, batch_size: int, lr: float, seed: int = 0) -> dict:
+    """每个进程里跑的函数：对 ``modes`` 中每种写法，从同一初始参数训 ``steps`` 步。
+
+    返回 ``{mode: {"losses": [...], "params": {name: tensor}, "bytes_per_step": int}}``（每个 rank 一份）。
+    """
+    out = {}
+    batches = rank_batches(len(blocks), batch_size, rank, world_size, seed)
+    for mode in modes:
+        model = _new_model(config_dict, state)
+        sent = {"bytes": 0}
+        if mode == "manual":
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+
+            def sync():
+                sent["bytes"] = allreduce_gradients(model)
+
+            losses = _train(model, optimizer, batches, blocks, steps, sync)
+        elif mode == "ddp":
+            ddp = DistributedDataParallel(model)  # CPU：不给 device_ids
+            optimizer = torch.optim.AdamW(ddp.parameters(), lr=lr)
+            losses = _train(ddp, optimizer, batches, blocks, steps)
+            sent["bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+        else:
+            raise ValueError(f"mode 应是 {DP_MODES} 之一，收到 {mode!r}")
+        out[mode] = {"losses": losses, "params": {k: v.detach().clone() for k, v in model.named_parameters()},
+                     "bytes_per_step": sent["bytes"]}
+    return out
+
+
+def train_single_process(model, blocks: torch.Tensor, steps: int, batch_size: int, lr: float, world_size: int = 2,
+                         seed: int = 0) -> dict:
+    """参照：一个进程、整批，数据与 ``world_size`` 个进程的数据并行逐步相同。``model`` 不被修改。"""
+    model = _new_model(model.config.to_dict(), model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = _train(model, optimizer, global_batches(len(blocks), batch_size, world_size, seed), blocks, steps)
+    return {"losses": losses, "params": {k: v.detach().clone() for k, v in model.named_parameters()}}
+
+
+def train_data_parallel(model, blocks: torch.Tensor, steps: int, batch_size: int, lr: float, *, world_size: int = 2,
+                        modes=DP_MODES, seed: int = 0, timeout: float = 120.0) -> dict:
+    """起 ``world_size`` 个进程做数据并行训练（每种 ``modes`` 各一遍），返回 rank 0 的结果（见 :func:`train_lm_worker`）。"""
+    for mode in modes:
+        if mode not in DP_MODES:
+            raise ValueError(f"modes 里的 {mode!r} 不是 {DP_MODES} 之一")
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    results = launch(train_lm_worker, world_size,
+                     (tuple(modes), model.config.to_dict(), state, blocks, steps, batch_size, lr, seed), timeout=timeout)
+    return results[0]
