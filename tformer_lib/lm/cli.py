@@ -65,11 +65,15 @@ def _positive(name: str, value) -> None:
 
 
 def _cmd_lm_train(args) -> int:
+    import torch
+
     from ..cli import CLIError
+    from ..parallel.launch import init_from_env, is_rank0
+    from ..parallel.trainer import DistributedLMTrainer
     from ..seed import set_seed
     from .model import make_lm
     from .pretrained import POEM_RECIPE, poem_data, poem_model_config
-    from .training import LMTrainer, load_lm, save_lm_checkpoint
+    from .training import load_lm, save_lm_checkpoint
 
     for name in ("--steps", "--total-steps", "--save-every", "--n-kv-heads"):
         _positive(name, getattr(args, name[2:].replace("-", "_")))
@@ -97,7 +101,9 @@ def _cmd_lm_train(args) -> int:
         tokenizer = data["tokenizer"]
         set_seed(recipe["seed"])
         model = make_lm(poem_model_config(tokenizer.vocab_size, recipe))
-    trainer = LMTrainer(
+    # 在 torchrun 下（WORLD_SIZE > 1）组进程组、做数据并行；单进程时 DistributedLMTrainer 就是 LMTrainer
+    _, world_size = init_from_env()
+    trainer = DistributedLMTrainer(
         model, data["train_blocks"], data["valid"], batch_size=recipe["batch_size"], lr=recipe["lr"],
         warmup=recipe["warmup"], total_steps=recipe["total_steps"], min_lr_ratio=recipe["min_lr_ratio"],
         weight_decay=recipe["weight_decay"], clip=recipe["clip"], seed=recipe["seed"],
@@ -108,7 +114,10 @@ def _cmd_lm_train(args) -> int:
     end = recipe["total_steps"] if args.steps is None else min(recipe["total_steps"], trainer.step + args.steps)
 
     def save():
-        return save_lm_checkpoint(out, model, tokenizer, trainer=trainer, extra={"recipe": recipe})
+        path = save_lm_checkpoint(out, model, tokenizer, trainer=trainer, extra={"recipe": recipe}) if is_rank0() else out
+        if world_size > 1:
+            torch.distributed.barrier()  # 只有 rank 0 写盘；其他进程等它写完
+        return path
 
     chunk = args.save_every or max(1, end - trainer.step)
     path = None
@@ -118,7 +127,10 @@ def _cmd_lm_train(args) -> int:
     if path is None:
         path = save()
     ppl = trainer.history["evals"][-1]["valid_ppl"] if trainer.history["evals"] else float("nan")
-    print(f"saved {path}  (step {trainer.step}/{recipe['total_steps']}, valid ppl {ppl:.1f})")
+    if is_rank0():
+        print(f"saved {path}  (step {trainer.step}/{recipe['total_steps']}, valid ppl {ppl:.1f})")
+    if world_size > 1:
+        torch.distributed.destroy_process_group()
     return 0
 
 

@@ -1,10 +1,12 @@
 """分布式训练（第 12 章）：一个方案一个小模块，都建在 ``torch.distributed`` 上（CPU 用 gloo，CUDA 用 nccl）。
 
 - :mod:`.launch`：起进程、组进程组（空闲端口、超时、永不挂起）；``torchrun`` 下的初始化；
-- :mod:`.data_parallel`：手写梯度 all-reduce → ``DistributedDataParallel``；``DistributedSampler``。
+- :mod:`.data_parallel`：手写梯度 all-reduce → ``DistributedDataParallel``；``DistributedSampler``；
+- :mod:`.trainer`：``torchrun`` 下的 ``lm-train``（``LMTrainer`` + DDP，只有 rank 0 打印与保存）。
 
 每个手写方案都有测试证明它与单进程训练、也与 PyTorch 自己的引擎结果一致。
 """
 
 from .launch import DistributedError, backend_for, init_from_env, is_rank0, launch, rank_print
 from .data_parallel import allreduce_gradients, rank_batches, train_data_parallel, train_single_process
+from .trainer import DistributedLMTrainer

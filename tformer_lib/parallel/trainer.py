@@ -1,0 +1,69 @@
+"""``torchrun`` 下的语言模型训练：:class:`~tformer_lib.lm.LMTrainer` 加上数据并行（DDP），其余不变。
+
+每一步：与单进程相同的全局批（同一个种子、同一个打乱），rank r 只取其中第 r、r+p、… 块；前向、反向经
+``DistributedDataParallel``，梯度在所有进程间平均——于是参数更新与单进程整批相同（测试证明）。
+日志里的损失是各进程的平均；只有 rank 0 打印、显示进度条（保存检查点也只在 rank 0，见 ``lm-train``）。
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ..lm.training import LMTrainer
+from ..specials import PAD
+from .launch import is_rank0
+
+__all__ = ["DistributedLMTrainer"]
+
+
+class DistributedLMTrainer(LMTrainer):
+    """参数与 :class:`~tformer_lib.lm.LMTrainer` 完全相同；``batch_size`` 是全局批，须能被进程数整除。
+
+    没有初始化进程组（单进程）时它就是 ``LMTrainer``。
+    """
+
+    def __init__(self, model, *args, **kwargs):
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            kwargs["verbose"] = kwargs.get("verbose", False) and is_rank0()
+            kwargs["progress"] = kwargs.get("progress") if is_rank0() else False
+        super().__init__(model, *args, **kwargs)
+        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        if self.batch_size % self.world_size != 0:
+            raise ValueError(f"batch_size={self.batch_size} 不能被进程数 world_size={self.world_size} 整除")
+        # DDP 构造时把 rank 0 的参数广播给其他进程：即使各进程初始化不同，起点也相同
+        self.ddp = DistributedDataParallel(model) if self.world_size > 1 else None
+
+    def batch(self, step: int) -> torch.Tensor:
+        """全局批里属于本进程的那几块 ``(B/p, L+1)``。"""
+        whole = super().batch(step)  # (B, L+1)：各进程算出同一个全局批
+        return whole[self.rank :: self.world_size]  # (B/p, L+1)
+
+    def _loss(self, inputs, targets, n_targets):
+        if self.ddp is None:
+            return super()._loss(inputs, targets, n_targets)
+        # 各进程的块里 PAD 目标数不同：“各自求平均再平均”≠ 整批平均。改用“本进程总和 / (全局目标数 / p)”，
+        # DDP 再把 p 个梯度平均，恰好是 Σ总和 / 全局目标数——与单进程整批逐位同一个量
+        local = n_targets if n_targets is not None else int((targets != PAD).sum())
+        count = torch.tensor([float(local)], dtype=torch.float64, device=targets.device)
+        dist.all_reduce(count)
+        share = max(1.0, float(count)) / self.world_size
+        model, self.model = self.model, self.ddp  # 前向经 DDP，反向时它在各进程间平均梯度
+        try:
+            return super()._loss(inputs, targets, share)
+        finally:
+            self.model = model
+
+    def train_step(self) -> float:
+        tokens_before = self.tokens_seen
+        value = super().train_step()
+        if self.ddp is None:
+            return value
+        stats = torch.tensor([value, float(self.tokens_seen - tokens_before)], dtype=torch.float64)
+        dist.all_reduce(stats)  # 损失取平均，词元数求和
+        value = float(stats[0]) / self.world_size
+        self.history["step_loss"][-1] = value
+        self.tokens_seen = tokens_before + int(stats[1])
+        return value
