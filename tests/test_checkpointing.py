@@ -90,3 +90,26 @@ def test_flag_type_is_checked():
         model.set_activation_checkpointing("yes")
     with pytest.raises(TypeError, match="activation_checkpointing"):
         LMTrainer(model, torch.randint(4, 40, (8, 17)), batch_size=4, activation_checkpointing=1)
+
+
+def test_lm_train_cli_takes_the_memory_flags(tmp_path, monkeypatch):
+    """``lm-train --accumulation-steps 2 --autocast bf16 --activation-checkpointing`` 训一步并存盘（小数据）。"""
+    from tformer_lib.cli import main
+    from tformer_lib.lm import pretrained
+    from tformer_lib.lm.training import load_lm
+
+    full = pretrained.poem_data
+
+    def small(recipe=pretrained.POEM_RECIPE):
+        data = full(recipe)
+        data["train_blocks"] = data["train_blocks"][:32]
+        data["valid"] = tuple(t[:4] for t in data["valid"])
+        return data
+
+    monkeypatch.setattr(pretrained, "poem_data", small)
+    out = tmp_path / "poem.pt"
+    assert main(["--threads", "1", "lm-train", "--out", str(out), "--steps", "1", "--total-steps", "100", "--quiet",
+                 "--no-progress", "--accumulation-steps", "2", "--autocast", "bf16", "--activation-checkpointing"]) == 0
+    _, _, ckpt = load_lm(out)
+    assert ckpt["trainer"]["step"] == 1
+    assert main(["lm-train", "--out", str(out), "--accumulation-steps", "0"]) == 1

@@ -38,6 +38,9 @@ def register_lm_commands(sub) -> None:
         t.add_argument(flag, choices=choices, default=None, help="替换配方里的这一项")
     t.add_argument("--n-kv-heads", type=int, default=None, help="K/V 头数（GQA；1 = MQA）")
     t.add_argument("--post-ln", action="store_true", help="用后置归一化 post-LN（默认 pre-LN）")
+    t.add_argument("--accumulation-steps", type=int, default=1, help="梯度累积：每步把一批切成几个微批（默认 1）")
+    t.add_argument("--autocast", choices=["bf16", "fp16"], default=None, help="混合精度前向（fp16 带 GradScaler）")
+    t.add_argument("--activation-checkpointing", action="store_true", help="激活重算：省激活内存，多算一次前向")
     t.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="显示进度条（默认只在终端里显示）")
     t.add_argument("--quiet", action="store_true", help="不打印评估结果")
@@ -75,7 +78,7 @@ def _cmd_lm_train(args) -> int:
     from .pretrained import POEM_RECIPE, poem_data, poem_model_config
     from .training import load_lm, save_lm_checkpoint
 
-    for name in ("--steps", "--total-steps", "--save-every", "--n-kv-heads"):
+    for name in ("--steps", "--total-steps", "--save-every", "--n-kv-heads", "--accumulation-steps"):
         _positive(name, getattr(args, name[2:].replace("-", "_")))
     out = Path(args.out)
     if out.is_dir():
@@ -108,6 +111,8 @@ def _cmd_lm_train(args) -> int:
         warmup=recipe["warmup"], total_steps=recipe["total_steps"], min_lr_ratio=recipe["min_lr_ratio"],
         weight_decay=recipe["weight_decay"], clip=recipe["clip"], seed=recipe["seed"],
         eval_every=recipe["eval_every"], progress=args.progress, verbose=not args.quiet,
+        accumulation_steps=args.accumulation_steps, autocast=args.autocast,
+        activation_checkpointing=args.activation_checkpointing,
     )
     if args.resume:
         trainer.load_state_dict(ckpt["trainer"])  # 含随机数状态：续训与一口气训完逐位相同
