@@ -1,0 +1,112 @@
+"""第 11 章（显存与混合精度）的图：一个训练步的内存账本、精度对比的损失曲线、剖析表里各算子的占比。
+
+都是纯函数：给数据（字典、列表），返回 ``matplotlib.figure.Figure``；算这些数据的代码在
+:mod:`tformer_lib.memory`、:mod:`tformer_lib.precision` 与 :mod:`tformer_lib.profiling` 里。
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tformer_lib.plotting._common import new_figure
+
+__all__ = ["plot_memory_account", "plot_precision_losses", "plot_profile"]
+
+#: 账本各项的中文名（没列出的键原样显示）
+PART_LABELS = {
+    "params": "参数", "grads": "梯度", "master": "fp32 主权重", "adam_m": "Adam 一阶矩 m", "adam_v": "Adam 二阶矩 v",
+    "step": "Adam 步数", "embedding": "嵌入（词元 id）", "norms": "归一化", "linear_inputs": "线性层输入",
+    "attention": "注意力", "ffn": "前馈网络", "loss": "损失（log-softmax）", "block_inputs": "每块的输入",
+    "activations": "激活",
+}
+_SKIP = {"total", "per_block", "recompute_peak", "bytes_per_parameter"}
+_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#393b79", "#637939"]
+
+
+def plot_memory_account(accounts: Mapping[str, Mapping[str, int]], *, unit: float = 2**20, title: str | None = None,
+                        ax=None):
+    """每个场景一根横向堆叠条：账本的每一项（字节，``"total"`` 等汇总键不画）按 ``unit``（默认 MiB）换算。
+
+    ``accounts``：``{场景名: {项: 字节}}``，例如 :func:`~tformer_lib.memory.model_state_bytes` 与
+    :func:`~tformer_lib.memory.lm_activation_bytes` 的结果（可合并成一个字典）。
+    """
+    if not accounts:
+        raise ValueError("accounts 为空：应是 {场景名: {项: 字节数}}")
+    if not (isinstance(unit, (int, float)) and unit > 0):
+        raise ValueError(f"unit 应为正数，收到 {unit!r}")
+    parts: list[str] = []
+    for name, account in accounts.items():
+        if not isinstance(account, Mapping):
+            raise TypeError(f"accounts[{name!r}] 应是 {{项: 字节数}} 的字典，收到 {type(account).__name__}")
+        parts += [k for k in account if k not in _SKIP and k not in parts]
+    parts = [k for k in parts if any(a.get(k, 0) for a in accounts.values())]  # 处处为 0 的项（如 fp32 的主权重）不画
+    if ax is None:
+        fig, ax = new_figure((8.4, max(2.6, 0.9 + 0.55 * len(accounts))))
+    else:
+        fig = ax.figure
+    names = list(accounts)
+    left = np.zeros(len(names))
+    for i, part in enumerate(parts):
+        widths = np.array([accounts[n].get(part, 0) / unit for n in names], dtype=float)
+        ax.barh(names, widths, left=left, color=_COLORS[i % len(_COLORS)], label=PART_LABELS.get(part, part))
+        left += widths
+    for y, total in enumerate(left):
+        ax.text(total, y, f" {total:.1f}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("内存（MiB）" if unit == 2**20 else f"内存（× {unit:g} 字节）")
+    ax.set_xlim(0, left.max() * 1.15 if left.max() > 0 else 1)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # 图例放在条的右边
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title or "一个训练步的内存账本")
+    return fig
+
+
+def plot_precision_losses(losses: Mapping[str, Sequence[float]], *, reference: str = "fp32", title: str | None = None):
+    """上：每种精度的逐步训练损失；下：与 ``reference`` 的差（:func:`~tformer_lib.precision.compare_autocast_training`）。"""
+    if reference not in losses:
+        raise ValueError(f"losses 里没有参照 {reference!r}：收到 {list(losses)}")
+    ref = np.asarray(losses[reference], dtype=float)
+    fig, axes = new_figure((6.8, 4.6), nrows=2, ncols=1)
+    top, bottom = axes[0, 0], axes[1, 0]
+    for i, (name, values) in enumerate(losses.items()):
+        y = np.asarray(values, dtype=float)
+        if y.shape != ref.shape:
+            raise ValueError(f"losses[{name!r}] 有 {len(y)} 步，而参照 {reference!r} 有 {len(ref)} 步")
+        steps = np.arange(1, len(y) + 1)
+        top.plot(steps, y, lw=1.5, label=name, color=_COLORS[i % len(_COLORS)])
+        if name != reference:
+            bottom.plot(steps, y - ref, lw=1.2, label=f"{name} − {reference}", color=_COLORS[i % len(_COLORS)])
+    bottom.axhline(0, color="#333333", lw=0.8)
+    top.set_ylabel("训练损失")
+    bottom.set_ylabel("与参照之差")
+    bottom.set_xlabel("训练步")
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    top.set_title(title or "混合精度与 float32 的训练损失")
+    return fig
+
+
+def plot_profile(rows: Sequence[Mapping], *, title: str | None = None, ax=None):
+    """剖析表（:func:`~tformer_lib.profiling.profile_step`）里各算子自身耗时的占比，横向条形图。"""
+    if not rows:
+        raise ValueError("rows 为空：应是 profile_step 返回的 [{name, share, …}, …]")
+    names = [str(r["name"]).removeprefix("aten::") for r in rows]
+    shares = np.array([float(r["share"]) for r in rows]) * 100
+    if ax is None:
+        fig, ax = new_figure((6.8, 0.8 + 0.35 * len(rows)))
+    else:
+        fig = ax.figure
+    ax.barh(names, shares, color="#1f77b4")
+    for y, s in enumerate(shares):
+        ax.text(s, y, f" {s:.0f}%", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("占全部算子自身耗时的百分比")
+    ax.set_xlim(0, shares.max() * 1.2)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title or "一个训练步里最耗时的算子")
+    return fig
