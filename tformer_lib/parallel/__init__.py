@@ -3,6 +3,7 @@
 - :mod:`.launch`：起进程、组进程组（空闲端口、超时、永不挂起）；``torchrun`` 下的初始化；
 - :mod:`.data_parallel`：手写梯度 all-reduce → ``DistributedDataParallel``；``DistributedSampler``；
 - :mod:`.tensor_parallel`：Megatron 切法（注意力按头、FFN 列切→行切，各一次 all-reduce）手写与 ``torch.distributed.tensor.parallel``；
+- :mod:`.pipeline`：2 段流水线，手写 GPipe（send/recv）与 ``torch.distributed.pipelining`` 的 GPipe/1F1B；气泡 (p−1)/(m+p−1)；
 - :mod:`.trainer`：``torchrun`` 下的 ``lm-train``（``LMTrainer`` + DDP，只有 rank 0 打印与保存）。
 
 每个手写方案都有测试证明它与单进程训练、也与 PyTorch 自己的引擎结果一致。
