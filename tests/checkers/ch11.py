@@ -1,0 +1,69 @@
+"""第 11 章检查器的用例：参考答案和已知错误答案（章节与 solutions/11_solutions.ipynb 尚未写成，写成时与此一致）。"""
+
+import torch
+
+from checkers import Case, Wrong
+from tformer_lib.exercises.ch11 import (
+    buggy_accumulated_loss,
+    check_accumulated_loss,
+    check_ffn_activation_bytes,
+    check_fp16_overflow,
+    check_model_state_bytes,
+)
+
+
+# ---- 练习 1（预测再验证）：fp32 与混合精度都是每个参数 16 字节 ----
+def ref_model_state_bytes(n_params, precision):
+    return 16 * n_params  # fp32：4+4+4+4；混合精度：2+2（16 位参数、梯度）+4（主权重）+4+4（m、v）
+
+
+STATES = Case(check_model_state_bytes, ref_model_state_bytes, returns="int", wrong=[
+    Wrong("hard_coded", lambda n, p: 16_000),
+    Wrong("halved", lambda n, p: 16 * n if p == "fp32" else 8 * n, key="halved"),
+    Wrong("no_adam", lambda n, p: 8 * n if p == "fp32" else 16 * n, key="no_adam"),
+    Wrong("no_grads", lambda n, p: 12 * n if p == "fp32" else 16 * n, key="no_grads"),
+])
+
+
+# ---- 练习 2（推导并核对）：ReLU 1 份、GELU 2 份、SwiGLU 4 份 (B, T, d_ff) ----
+def ref_ffn_activation_bytes(batch, length, d_ff, activation):
+    return {"relu": 1, "gelu": 2, "swiglu": 4}[activation] * batch * length * d_ff * 4
+
+
+FFN = Case(check_ffn_activation_bytes, ref_ffn_activation_bytes, returns="int", wrong=[
+    Wrong("hard_coded", lambda B, T, f, a: 4096),
+    Wrong("one_copy", lambda B, T, f, a: B * T * f * 4, key="one_copy"),
+    Wrong("elements", lambda B, T, f, a: ref_ffn_activation_bytes(B, T, f, a) // 4, key="elements"),
+    Wrong("gelu_as_relu", lambda B, T, f, a: {"relu": 2, "gelu": 2, "swiglu": 4}[a] * B * T * f * 4, key="gelu_as_relu"),
+])
+
+
+# ---- 练习 3（找错）：总和 / 整批目标数 ----
+def ref_accumulated_loss(sums, counts):
+    return sum(sums) / sum(counts)
+
+
+ACCUM = Case(check_accumulated_loss, ref_accumulated_loss, returns="number",
+             also_correct=[lambda s, c: (torch.tensor(s) / sum(c)).sum()], wrong=[
+    Wrong("hard_coded", lambda s, c: 3.0),
+    Wrong("the_bug", buggy_accumulated_loss, key="mean_of_means"),
+    Wrong("sum_of_means", lambda s, c: sum(x / n for x, n in zip(s, c)), key="sum_of_means"),
+    Wrong("sum_over_k", lambda s, c: sum(s) / len(s), key="sum_over_k"),
+])
+
+
+# ---- 练习 4（预测再验证）：value² · d_k > 65504 ----
+def ref_fp16_overflows(value, d_k):
+    return value * value * d_k > 65504
+
+
+FP16 = Case(check_fp16_overflow, ref_fp16_overflows, returns="bool",
+            also_correct=[lambda v, d: not bool(torch.isfinite(torch.full((d,), v).half() @ torch.full((d,), v).half()))],
+            wrong=[
+    Wrong("hard_coded", lambda v, d: True),
+    Wrong("bf16_range", lambda v, d: v * v * d > 3.4e38, key="missed_overflow"),
+    Wrong("no_square", lambda v, d: v * d > 65504, key="missed_overflow"),
+    Wrong("fp16_tiny", lambda v, d: v * v * d > 6.1e-5, key="false_alarm"),
+])
+
+CASES = [STATES, FFN, ACCUM, FP16]

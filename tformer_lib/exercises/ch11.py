@@ -1,0 +1,187 @@
+"""第 11 章（显存与混合精度）练习的检查器，和“找错”题里那段有错的代码（章节正文尚未写成，检查器先行）。
+
+- :func:`check_model_state_bytes`（预测再验证）：fp32 与混合精度训练，每个参数各占几个字节的模型状态；
+- :func:`check_ffn_activation_bytes`（推导并核对）：前馈网络为反向保存的 ``(B, T, d_ff)`` 张量一共多少字节；
+- :func:`buggy_accumulated_loss` + :func:`check_accumulated_loss`（找错）：梯度累积时“各微批平均再平均”≠ 大批；
+- :func:`check_fp16_overflow`（预测再验证）：一个点积在 float16 里会不会上溢。
+
+每个检查器都在多组随机尺寸上调用读者的函数（写死的答案过不了），并与 PyTorch 实测的结果比较；
+接受任何正确的数值类型，桩（stub）→ “⏳ 尚未完成”，不抛异常。
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from tformer_lib.costs import saved_tensor_bytes
+from tformer_lib.exercises._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_bool,
+    as_int,
+    compare_number,
+    draw_choice,
+    draw_int,
+    random_cases,
+    run_checks,
+)
+from tformer_lib.feedforward import PositionwiseFeedForward
+from tformer_lib.memory import BYTES_PER_PARAMETER, measured_model_state_bytes
+
+__all__ = [
+    "check_model_state_bytes",
+    "check_ffn_activation_bytes",
+    "buggy_accumulated_loss",
+    "check_accumulated_loss",
+    "check_fp16_overflow",
+]
+
+
+# ---- 预测再验证：模型状态每个参数几个字节 ----------------------------------------------------------------
+
+
+def _measured_fp32_states(n_in: int, n_out: int) -> tuple[int, int]:
+    """一个 ``nn.Linear`` 做一步 AdamW 之后，参数 + 梯度 + m + v 的实测字节数（不含 0 维的步数）与参数个数。"""
+    model = nn.Linear(n_in, n_out)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.ones(1, n_in)).sum().backward()
+    optimizer.step()
+    m = measured_model_state_bytes(model, optimizer)
+    return m["params"] + m["grads"] + m["adam_m"] + m["adam_v"], sum(p.numel() for p in model.parameters())
+
+
+def check_model_state_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(n_params, precision) -> int``：用 AdamW 训练时模型状态（参数、梯度、Adam 的 m 与 v，
+    混合精度另加 float32 主权重）一共多少字节。``precision`` 是 ``"fp32"`` 或 ``"mixed"``（16 位参数与梯度）。"""
+
+    def cases(f):
+        for i, g in enumerate(random_cases(6, seed=111)):
+            precision = ("fp32", "mixed")[i % 2]
+            measured, n = _measured_fp32_states(draw_int(g, 2, 40), draw_int(g, 1, 30))
+            want = measured if precision == "fp32" else n * sum(BYTES_PER_PARAMETER["mixed"].values())
+            call = f"model_state_bytes(n_params={n}, precision={precision!r})"
+            got = as_int(f(n, precision), f"{call} 的返回值")
+            if got == want:
+                continue
+            if precision == "mixed":
+                known = {8 * n: ("halved", "混合精度并不把模型状态减半：16 位的参数与梯度之外，还要 float32 的主权重和 m、v"),
+                         12 * n: ("no_master", "别忘了 float32 的主权重（master weights）：更新要在 float32 里做")}
+            else:
+                known = {8 * n: ("no_adam", "别忘了 Adam 的两个矩 m 与 v：每个参数各一个 float32"),
+                         12 * n: ("no_grads", "梯度也要占内存：每个参数一个 float32 的梯度")}
+            known.setdefault(4 * n, ("params_only", "只算了参数本身：训练还要梯度和 Adam 的两个矩"))
+            known.setdefault(n, ("elements", "算出的是参数个数，还要乘每个参数占的字节数"))
+            key, hint = known.get(got, ("values", "按每个参数几个字节逐项加起来"))
+            raise Mistake(f"{call} 返回 {got}，应为 {want}。{hint}", key=key)
+
+    return run_checks("AdamW 训练的模型状态字节数", fn, [("6 个随机大小的模型，fp32 与混合精度", cases)], verbose=verbose)
+
+
+# ---- 推导并核对：前馈网络保存的激活 ---------------------------------------------------------------------
+
+
+def _measured_ffn_bytes(batch: int, length: int, d_model: int, d_ff: int, activation: str) -> int:
+    ffn = PositionwiseFeedForward(d_model, d_ff, activation=activation).train()
+    x = torch.randn(batch, length, d_model, requires_grad=True)
+    return saved_tensor_bytes(lambda: ffn(x), exclude=(*ffn.parameters(), x))  # 不计参数与 FFN 的输入
+
+
+def check_ffn_activation_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(batch, length, d_ff, activation) -> int``：float32 的前馈网络（``activation`` 是
+    ``"relu"``/``"gelu"``/``"swiglu"``）为反向传播保存的 ``(B, T, d_ff)`` 形状张量一共多少字节（不含 FFN 的输入）。
+    与 ``saved_tensors_hooks`` 实测的字节数比较。"""
+
+    def cases(f):
+        seen = set()
+        for g in random_cases(9, seed=112):
+            activation = ("relu", "gelu", "swiglu")[len(seen) % 3] if len(seen) < 3 else draw_choice(
+                g, ("relu", "gelu", "swiglu"))
+            seen.add(activation)
+            B, T, d_ff = draw_int(g, 1, 4), draw_int(g, 1, 9), draw_int(g, 2, 24)
+            want = _measured_ffn_bytes(B, T, draw_int(g, 2, 8), d_ff, activation)
+            call = f"ffn_activation_bytes(batch={B}, length={T}, d_ff={d_ff}, activation={activation!r})"
+            one = B * T * d_ff * 4
+            variants = [
+                Variant("elements", "算出的是元素个数，还要乘每个 float32 的 4 字节", want // 4),
+                Variant("one_copy", "GELU 的反向要用它的输入，W_2 的反向要用 GELU 的输出：两份"
+                        if activation == "gelu" else "SwiGLU 要存 SiLU 的输入与输出、门 W_3 x 和两者之积：四份", one),
+                Variant("gelu_as_relu", "ReLU 的输出本身就够反向用（也是 W_2 的输入）：只存一份", 2 * one),
+            ]
+            compare_number(f(B, T, d_ff, activation), want, variants=[v for v in variants if v.value != want],
+                           what=f"{call} 的返回值", default_hint=f"{call} 实测为 {want} 字节")
+
+    return run_checks("前馈网络保存的激活字节数", fn, [("9 个随机尺寸，三种激活函数", cases)], verbose=verbose)
+
+
+# ---- 找错：梯度累积的损失 --------------------------------------------------------------------------------
+
+
+def buggy_accumulated_loss(sums: Sequence[float], counts: Sequence[int]) -> float:
+    """一个有错的梯度累积损失（第 11 章“找错”练习用，不要在别处使用）。
+
+    ``sums[i]``：第 i 个微批的交叉熵总和；``counts[i]``：它的非 PAD 目标数。应返回与“整批一次算”相同的平均损失。
+    """
+    means = [s / c for s, c in zip(sums, counts)]  # 每个微批先求平均
+    return sum(means) / len(means)  # 再对微批平均
+
+
+def check_accumulated_loss(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查改好的 ``fn(sums, counts) -> float``：等于整批的平均交叉熵 Σsums / Σcounts（各微批的目标数不同时也对）。"""
+
+    def cases(f):
+        for i, g in enumerate(random_cases(6, seed=113)):
+            k = draw_int(g, 2, 5)
+            counts = [draw_int(g, 1, 60) for _ in range(k)]
+            if i == 0:
+                counts = [counts[0]] * k  # 目标数都相同时，错的写法碰巧也对
+            sums = [round(c * (2 + 3 * float(torch.rand((), generator=g))), 4) for c in counts]
+            want = sum(sums) / sum(counts)
+            means = [s / c for s, c in zip(sums, counts)]
+            variants = [
+                Variant("mean_of_means", "各微批先平均再平均，等于给每个微批同样的权重；目标（词元）多的微批应占更大的份量",
+                        sum(means) / k),
+                Variant("sum_of_means", "把各微批的平均损失直接相加，没有除以微批数，更没有按目标数加权", sum(means)),
+                Variant("sum_over_k", "总和应除以整批的目标数 Σcounts，而不是微批数", sum(sums) / k),
+            ]
+            compare_number(f(list(sums), list(counts)), want, variants=[v for v in variants if abs(v.value - want) > 1e-9],
+                           what=f"accumulated_loss(sums={sums}, counts={counts}) 的返回值", rtol=1e-6)
+
+    return run_checks("梯度累积的损失", fn, [("6 组随机微批（目标数有同有异）", cases)], verbose=verbose)
+
+
+# ---- 预测再验证：float16 的点积会不会上溢 ----------------------------------------------------------------
+
+
+def check_fp16_overflow(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(value, d_k) -> bool``：两个分量都是 ``value`` 的 ``d_k`` 维 float16 向量，点积会不会上溢成 inf。
+    与 PyTorch 在 float16 里真的算出的结果比较（取的情形都离 65504 的边界较远）。"""
+
+    def cases(f):
+        answers = []
+        for g in random_cases(10, seed=114):
+            while True:
+                d_k = draw_choice(g, (16, 32, 64, 128, 256))
+                value = float(draw_int(g, 2, 120))
+                ratio = value * value * d_k / 65504
+                if abs(ratio - 1) > 0.05 and (len(answers) < 5 or (ratio > 1) != answers[-1]):
+                    break
+            q = torch.full((d_k,), value, dtype=torch.float16)
+            want = not bool(torch.isfinite(q @ q))
+            answers.append(want)
+            got = as_bool(f(value, d_k), f"fp16_overflows({value:g}, {d_k}) 的返回值")
+            if got != want:
+                total = value * value * d_k
+                if want:
+                    hint, key = (f"点积是 d_k 个 value² 之和：{value:g}² × {d_k} = {total:g}，超过了 float16 的最大值 65504"
+                                 "（3.4·10³⁸ 是 bfloat16 与 float32 的上限）", "missed_overflow")
+                else:
+                    hint, key = f"{value:g}² × {d_k} = {total:g}，没有超过 float16 的最大值 65504", "false_alarm"
+                raise Mistake(f"fp16_overflows({value:g}, {d_k})：float16 里{'上溢成 inf' if want else '没有上溢'}，"
+                              f"你预测{'会' if got else '不会'}。{hint}", key=key)
+
+    return run_checks("float16 的点积会不会上溢", fn, [("10 组随机的值与维度", cases)], verbose=verbose)
