@@ -151,3 +151,29 @@ def test_engine_rejects_bad_requests():
         engine.add_request([5], -1)
     with pytest.raises(ValueError, match="max_batch"):
         Engine(model, max_batch=0)
+
+
+def test_requests_that_can_never_fit_are_refused_up_front():
+    model = _model(0)
+    engine = Engine(model, num_blocks=2, block_size=4)
+    with pytest.raises(ValueError, match="num_blocks"):
+        engine.add_request(list(range(4, 12)), 4)  # 12 个位置要 3 块，缓存只有 2 块：以前 run() 会永远等下去
+    with pytest.raises(ValueError, match="block_size"):
+        Engine(model, block_size=0)
+    with pytest.raises(ValueError, match="eos_id"):
+        Engine(model, eos_id=99)
+    with pytest.raises(ValueError, match="arrival"):
+        Engine(model).add_request([5], 2, arrival=float("nan"))
+
+
+def test_failed_append_leaves_no_half_allocation():
+    manager = BlockManager(num_blocks=4, block_size=2, prefix_caching=False)
+    manager.allocate(0, [5, 6, 7])
+    manager.append_slots(0, 3)
+    before = manager.used_blocks
+    with pytest.raises(OutOfBlocksError):
+        manager.append_slots(0, 10)
+    assert manager.used_blocks == before
+    manager.free(0)
+    with pytest.raises(KeyError, match="seq_id"):
+        manager.free(0)

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..specials import BOS, PAD
 
-__all__ = ["filter_top_k", "filter_top_p", "next_token_distribution", "generate"]
+__all__ = ["check_eos_id", "filter_top_k", "filter_top_p", "next_token_distribution", "generate"]
 
 
 def _check_top_k(top_k) -> None:
@@ -35,6 +35,16 @@ def _check_temperature(temperature) -> None:
         temperature > 0 and math.isfinite(temperature)
     ):
         raise ValueError(f"temperature 应为正的有限数，收到 {temperature!r}")
+
+
+def check_eos_id(eos_id, vocab_size: int, suppress_ids: Sequence[int] = (PAD, BOS)) -> None:
+    """``eos_id`` 应是 None，或词表内、没有被 ``suppress_ids`` 屏蔽（否则永远生成不出来）的整数 id。"""
+    if eos_id is None:
+        return
+    if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < vocab_size:
+        raise ValueError(f"eos_id 应是 [0, {vocab_size}) 内的整数 id 或 None，收到 {eos_id!r}")
+    if eos_id in {int(t) for t in suppress_ids}:
+        raise ValueError(f"eos_id={eos_id} 在 suppress_ids 里，永远不会被生成；请换一个 eos_id 或不屏蔽它")
 
 
 def filter_top_k(logits: torch.Tensor, top_k: int | None) -> torch.Tensor:
@@ -76,6 +86,11 @@ def next_token_distribution(
     if banned:
         logits = logits.clone()
         logits[..., banned] = float("-inf")
+    if not bool(torch.isfinite(logits).any(dim=-1).all()):
+        raise ValueError(
+            "某一行的 logits 在屏蔽 suppress_ids 之后没有一个有限值（全被屏蔽，或模型输出了 NaN/inf），无词元可选；"
+            f"suppress_ids 屏蔽了 {len(banned)} 个 id，词表大小 {logits.shape[-1]}"
+        )
     logits = filter_top_p(filter_top_k(logits / temperature, top_k), top_p)
     return logits.softmax(dim=-1)
 
@@ -124,6 +139,7 @@ def generate(
     _check_top_k(top_k)
     _check_top_p(top_p)
     tokens, single = _as_prompt(prompt)
+    check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
     max_len = model.config.max_len
     batch, length = tokens.shape
     if length > max_len:

@@ -120,6 +120,12 @@ class DecoderOnlyLM(nn.Module):
         token_ids("tokens", tokens, self.config.vocab_size)
         if cache is not None and not isinstance(cache, LMCache):
             raise TypeError(f"cache 应是 model.new_cache() 得到的 LMCache，收到 {type(cache).__name__}")
+        if cache is not None:
+            if len(cache.layers) != len(self.blocks):
+                raise ValueError(f"cache 有 {len(cache.layers)} 层，模型有 {len(self.blocks)} 块：请用 model.new_cache()")
+            cached = cache.layers[0].k
+            if cached is not None and cached.shape[0] != tokens.shape[0]:
+                raise ValueError(f"tokens 的批大小是 {tokens.shape[0]}，cache 里存的是批大小 {cached.shape[0]}：两者必须相同")
         start = cache.length if cache is not None else 0
         length = tokens.shape[1]
         positions = self._positions(tokens, start, positions)  # (T,) 或 (B, T)

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..lm.generate import next_token_distribution
+from ..lm.generate import check_eos_id, next_token_distribution
 from ..specials import BOS, PAD
 from .paged_cache import PagedKVCache
 from .ragged import check_prompts
@@ -71,6 +72,9 @@ class Engine:
         token_budget = max_len + max_batch if token_budget is None else token_budget
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < max_len:
             raise ValueError(f"token_budget 应是不小于 max_len={max_len} 的整数（否则长提示永远进不来），收到 {token_budget!r}")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size 应为正整数，收到 {block_size!r}")
+        check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
         if num_blocks is None:
             num_blocks = max_batch * -(-max_len // block_size)
         self.model, self.max_batch, self.token_budget = model, max_batch, token_budget
@@ -87,6 +91,15 @@ class Engine:
     def add_request(self, prompt, max_new_tokens: int, arrival: float | None = None) -> Request:
         """排队一个请求（检查方式与 :func:`~.ragged.greedy_batch` 相同），返回它的 :class:`Request`。"""
         (prompt,) = check_prompts(self.model, [prompt], [max_new_tokens])
+        manager = self.cache.manager
+        if manager.blocks_needed(len(prompt) + max_new_tokens) > manager.num_blocks:
+            raise ValueError(
+                f"提示长度 {len(prompt)} 加 max_new_tokens={max_new_tokens} 需要 "
+                f"{manager.blocks_needed(len(prompt) + max_new_tokens)} 个块，缓存一共只有 num_blocks={manager.num_blocks} 个"
+                f"（每块 {manager.block_size} 个位置）：这个请求永远排不上"
+            )
+        if arrival is not None and not math.isfinite(arrival):
+            raise ValueError(f"arrival 应是有限的时刻（秒），收到 {arrival!r}")
         request = Request(prompt, max_new_tokens, next(self._ids), time.perf_counter() if arrival is None else arrival)
         if max_new_tokens == 0:
             request.first_token_time = request.finish_time = request.arrival

@@ -105,14 +105,21 @@ class BlockManager:
 
     def append_slots(self, seq_id: int, n_tokens: int) -> list[int]:
         """序列要再写 ``n_tokens`` 个位置：需要时分配新块，返回这些位置的槽位号。"""
+        if seq_id not in self.tables:
+            raise KeyError(f"seq_id={seq_id} 没有登记（先 allocate，或它已经 free 了）")
         start = self.lengths[seq_id]
-        while self.blocks_needed(start + n_tokens) > len(self.tables[seq_id]):
+        missing = self.blocks_needed(start + n_tokens) - len(self.tables[seq_id])
+        if missing > len(self.free_blocks):  # 先检查再分配：失败时不留下分了一半的块
+            raise OutOfBlocksError(f"序列 {seq_id} 还要 {missing} 个块，只剩 {len(self.free_blocks)} 个")
+        for _ in range(max(0, missing)):
             self.tables[seq_id].append(self._take_block())
         self.lengths[seq_id] = start + n_tokens
         return [self.slot(seq_id, p) for p in range(start, start + n_tokens)]
 
     def free(self, seq_id: int) -> None:
         """序列结束：引用计数减一，降到 0 的块回到空闲栈（它的前缀登记也一并作废）。"""
+        if seq_id not in self.tables:
+            raise KeyError(f"seq_id={seq_id} 没有登记（先 allocate，或它已经 free 了）")
         for block in self.tables.pop(seq_id):
             self.ref_count[block] -= 1
             if self.ref_count[block] == 0:
@@ -175,12 +182,11 @@ class PagedKVCache:
         write = [m.append_slots(s, n) for s, n in zip(seq_ids, n_new)]
         t_new = max(n_new)
         width = max(starts) + t_new
-        read = torch.zeros(len(seq_ids), width, dtype=torch.long)
-        offsets = torch.arange(m.block_size)
-        for b, s in enumerate(seq_ids):
-            total = starts[b] + n_new[b]
-            table = torch.tensor(m.tables[s])
-            read[b, :total] = (table[:, None] * m.block_size + offsets).flatten()[:total]  # (total,) 槽位号
+        n_blocks = -(-width // m.block_size)
+        tables = torch.tensor([m.tables[s] + [0] * (n_blocks - len(m.tables[s])) for s in seq_ids])  # (B, n_blocks)
+        position = torch.arange(width)  # (T_k,)
+        # 位置 p 在块 p // block_size 的第 p % block_size 格；超出各行长度的槽位无所谓，会被掩码挡住
+        read = tables[:, position // m.block_size] * m.block_size + position % m.block_size  # (B, T_k)
         start = torch.tensor(starts)[:, None, None]  # (B, 1, 1)
         step = torch.arange(t_new)[None, :, None]  # (1, T_new, 1)
         real_query = step < torch.tensor(n_new)[:, None, None]  # (B, T_new, 1)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ..lm.generate import next_token_distribution
+from ..lm.generate import check_eos_id, next_token_distribution
 from ..specials import BOS, PAD
 
 __all__ = ["check_prompts", "left_pad", "greedy_batch"]
@@ -75,6 +75,7 @@ def greedy_batch(
     ``generate(model, prompt, n, method="greedy", eos_id=eos_id)`` 相同（测试核对）。
     """
     prompts = check_prompts(model, prompts, max_new_tokens)
+    check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
     limits = list(max_new_tokens) if isinstance(max_new_tokens, Sequence) else [max_new_tokens] * len(prompts)
     device = next(model.parameters()).device
     tokens, positions, key_mask = (t.to(device) for t in left_pad(prompts))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..lm.generate import next_token_distribution
+from ..lm.generate import check_eos_id, next_token_distribution
 from ..specials import BOS, PAD
 
 __all__ = ["SpeculativeStats", "speculative_generate", "expected_tokens_per_pass", "expected_speedup",
@@ -93,6 +93,7 @@ def speculative_generate(
     from .ragged import check_prompts  # 与其他服务部件用同一套检查
 
     (seq,) = check_prompts(target, [prompt], [max_new_tokens])
+    check_eos_id(eos_id, target.config.vocab_size, suppress_ids)
     max_len = min(target.config.max_len, draft.config.max_len)
     if len(seq) + max_new_tokens > max_len:
         raise ValueError(f"提示长度 {len(seq)} 加 max_new_tokens={max_new_tokens} 超过了草稿模型的上下文 {max_len}")
