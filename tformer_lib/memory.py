@@ -118,7 +118,9 @@ def lm_activation_bytes(
     （= ``"per_block"``，不计入 ``"total"``）。
 
     前提：dropout 为 0（否则还要存随机掩码）、``n_kv_heads`` 为 None、输入是连续张量。
-    参数不计（它们本来就在内存里）。
+    参数不计（它们本来就在内存里）。注意：显式路径的 ``MultiHeadAttention`` 还把最近一次的注意力权重
+    ``(B, h, T, T)`` 留在 ``attn_weights`` 里供画图——它与 softmax 的输出共用存储，不重算时不另占内存，
+    但打开激活重算后每层仍留着一份，这里不计；要省这部分，训练时用快速路径（``fast_attention=True``）。
     """
     from .lm.config import LMConfig
 
