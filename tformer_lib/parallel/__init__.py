@@ -4,6 +4,7 @@
 - :mod:`.data_parallel`：手写梯度 all-reduce → ``DistributedDataParallel``；``DistributedSampler``；
 - :mod:`.tensor_parallel`：Megatron 切法（注意力按头、FFN 列切→行切，各一次 all-reduce）手写与 ``torch.distributed.tensor.parallel``；
 - :mod:`.pipeline`：2 段流水线，手写 GPipe（send/recv）与 ``torch.distributed.pipelining`` 的 GPipe/1F1B；气泡 (p−1)/(m+p−1)；
+- :mod:`.zero` / :mod:`.fsdp`：ZeRO 阶段 0–3 每进程字节公式；FSDP2 ``fully_shard`` 训练并量出每进程实际字节；
 - :mod:`.trainer`：``torchrun`` 下的 ``lm-train``（``LMTrainer`` + DDP，只有 rank 0 打印与保存）。
 
 每个手写方案都有测试证明它与单进程训练、也与 PyTorch 自己的引擎结果一致。
@@ -12,3 +13,5 @@
 from .launch import DistributedError, backend_for, init_from_env, is_rank0, launch, rank_print
 from .data_parallel import allreduce_gradients, rank_batches, train_data_parallel, train_single_process
 from .trainer import DistributedLMTrainer
+from .zero import zero_bytes_per_rank
+from .pipeline import bubble_fraction
