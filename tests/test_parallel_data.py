@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tformer_lib.lm import LMConfig, make_lm
+from tformer_lib.parallel.comm import data_parallel_payload, ring_all_reduce_bytes
 from tformer_lib.parallel.data_parallel import (
     allreduce_gradients,
     global_batches,
@@ -42,7 +43,9 @@ def test_data_parallel_equals_single_process(runs, mode):
 def test_manual_all_reduce_sends_every_gradient_once(runs):
     model, _, dp = runs
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    assert dp["manual"]["bytes_per_step"] == n_bytes
+    assert dp["manual"]["bytes_per_step"] == n_bytes == data_parallel_payload(sum(p.numel() for p in model.parameters()))
+    assert ring_all_reduce_bytes(n_bytes, 2) == n_bytes  # p = 2：2(p−1)/p = 1
+    assert ring_all_reduce_bytes(n_bytes, 8) == pytest.approx(1.75 * n_bytes)
 
 
 def test_sampler_splits_each_global_batch_without_overlap():

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.parallel import launch
+from tformer_lib.parallel.comm import pipeline_payload
 from tformer_lib.parallel.pipeline import LMStage, bubble_fraction, pipeline_worker, split_points
 
 STEPS, BATCH, MICRO, LR = 3, 8, 4, 0.5
@@ -45,6 +46,10 @@ def test_pipeline_equals_single_process(problem, mode):
     assert not set(res[0]["params"]) & set(res[1]["params"])  # 每个参数只在一段里
     for name, value in params.items():
         assert torch.allclose(got[name], value, atol=1e-6, rtol=0), name
+    if mode == "manual":  # 两段各发一个方向：激活 (B, T, d) 前向、梯度 (B, T, d) 反向，合计 = 公式
+        sent = res[0]["bytes_per_step"] + res[1]["bytes_per_step"]
+        assert sent == pipeline_payload(BATCH, blocks.shape[1] - 1, model.config.d_model, stages=2)
+        assert res[0]["bytes_per_step"] == res[1]["bytes_per_step"]
 
 
 def test_bubble_fraction_and_split_points():

@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from ..specials import PAD
+from .comm import record
 from .launch import launch
 
 __all__ = ["allreduce_gradients", "rank_batches", "global_batches", "train_lm_worker", "train_data_parallel",
@@ -39,6 +40,7 @@ def allreduce_gradients(model: nn.Module) -> int:
     for p in model.parameters():
         if p.grad is None:
             continue
+        record("all_reduce", p.grad)
         dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # 每个进程都得到 Σ_r grad_r
         p.grad /= world_size  # 求和 → 平均
         sent += p.grad.numel() * p.grad.element_size()

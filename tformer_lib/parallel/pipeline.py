@@ -20,6 +20,7 @@ from torch import nn
 
 from ..masks import causal_mask
 from ..specials import PAD
+from .comm import record, recording
 
 __all__ = ["bubble_fraction", "LMStage", "split_points", "pipeline_worker", "PIPELINE_MODES", "stage_name_map"]
 
@@ -123,42 +124,45 @@ def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, st
         kind = ScheduleGPipe if mode == "gpipe" else Schedule1F1B
         schedule = kind(pstage, n_microbatches=micro_batches, loss_fn=_ce)
     losses = []
-    for step in range(steps):
-        batch = blocks[step * batch_size : (step + 1) * batch_size]
-        inputs, targets = batch[:, :-1], batch[:, 1:]  # (B, T), (B, T)
-        optimizer.zero_grad(set_to_none=True)
-        total = torch.zeros((), dtype=torch.float64)
-        if schedule is not None:
-            if stage.first:
-                schedule.step(inputs)
-            else:
-                parts: list = []
-                schedule.step(target=targets, losses=parts)
-                total += sum(float(p.detach()) for p in parts) / micro_batches
-        elif stage.first:  # 手写 GPipe，第 0 段：全部前向 → 全部反向
-            outs = []
-            for mb in inputs.chunk(micro_batches):
-                act = stage(mb)  # (b, T, d_model)
-                dist.send(act.detach().contiguous(), rank + 1)
-                outs.append(act)
-            for act in outs:
-                grad = torch.empty_like(act)
-                dist.recv(grad, rank + 1)  # 下一段对这个激活的梯度
-                act.backward(grad)
-        else:  # 手写 GPipe，最后一段：也是先全部前向、再全部反向（send/recv 是阻塞的，顺序必须与第 0 段对上）
-            acts, parts = [], []
-            for mb_t in targets.chunk(micro_batches):
-                act = torch.empty(mb_t.shape[0], mb_t.shape[1], model.config.d_model)  # (b, T, d_model)
-                dist.recv(act, rank - 1)
-                act.requires_grad_(True)
-                acts.append(act)
-                parts.append(_ce(stage(act), mb_t) / micro_batches)  # 每个微批的平均损失 / m → 整批平均
-            for act, loss in zip(acts, parts):
-                loss.backward()
-                dist.send(act.grad.contiguous(), rank - 1)
-                total += float(loss.detach())
-        optimizer.step()
-        dist.broadcast(total, world_size - 1)  # 损失只有最后一段知道
-        losses.append(float(total))
+    with recording() as sent:
+        for step in range(steps):
+            batch = blocks[step * batch_size : (step + 1) * batch_size]
+            inputs, targets = batch[:, :-1], batch[:, 1:]  # (B, T), (B, T)
+            optimizer.zero_grad(set_to_none=True)
+            total = torch.zeros((), dtype=torch.float64)
+            if schedule is not None:
+                if stage.first:
+                    schedule.step(inputs)
+                else:
+                    parts: list = []
+                    schedule.step(target=targets, losses=parts)
+                    total += sum(float(p.detach()) for p in parts) / micro_batches
+            elif stage.first:  # 手写 GPipe，第 0 段：全部前向 → 全部反向
+                outs = []
+                for mb in inputs.chunk(micro_batches):
+                    act = stage(mb)  # (b, T, d_model)
+                    record("send", act)
+                    dist.send(act.detach().contiguous(), rank + 1)
+                    outs.append(act)
+                for act in outs:
+                    grad = torch.empty_like(act)
+                    dist.recv(grad, rank + 1)  # 下一段对这个激活的梯度
+                    act.backward(grad)
+            else:  # 手写 GPipe，最后一段：也是先全部前向、再全部反向（send/recv 是阻塞的，顺序必须与第 0 段对上）
+                acts, parts = [], []
+                for mb_t in targets.chunk(micro_batches):
+                    act = torch.empty(mb_t.shape[0], mb_t.shape[1], model.config.d_model)  # (b, T, d_model)
+                    dist.recv(act, rank - 1)
+                    act.requires_grad_(True)
+                    acts.append(act)
+                    parts.append(_ce(stage(act), mb_t) / micro_batches)  # 每个微批的平均损失 / m → 整批平均
+                for act, loss in zip(acts, parts):
+                    loss.backward()
+                    record("send", act.grad)
+                    dist.send(act.grad.contiguous(), rank - 1)
+                    total += float(loss.detach())
+            optimizer.step()
+            dist.broadcast(total, world_size - 1)  # 损失只有最后一段知道
+            losses.append(float(total))
     mapping = stage_name_map(model.config.n_layers, rank, world_size)
-    return {"losses": losses, "params": {_full_name(k, mapping): v.detach().clone() for k, v in stage.named_parameters()}}
+    return {"bytes_per_step": sum(n for _, n in sent) / steps, "losses": losses, "params": {_full_name(k, mapping): v.detach().clone() for k, v in stage.named_parameters()}}

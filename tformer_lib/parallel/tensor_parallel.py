@@ -24,6 +24,7 @@ from torch import nn
 
 from ..attention import MultiHeadAttention, scaled_dot_product_attention
 from ..feedforward import PositionwiseFeedForward
+from .comm import record, recording
 
 __all__ = ["CopyToParallel", "ReduceFromParallel", "column_shard", "row_shard", "TensorParallelFFN",
            "TensorParallelAttention", "ResidualBlock", "torch_parallelize_ffn", "tp_train_worker", "tp_grad_worker", "train_single_block",
@@ -40,6 +41,7 @@ class CopyToParallel(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         grad = grad.contiguous().clone()
+        record("all_reduce", grad)
         dist.all_reduce(grad)
         return grad
 
@@ -50,6 +52,7 @@ class ReduceFromParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         x = x.contiguous().clone()
+        record("all_reduce", x)
         dist.all_reduce(x)
         return x
 
@@ -189,13 +192,15 @@ def tp_train_worker(rank: int, world_size: int, mode: str, block: ResidualBlock,
         raise ValueError(f"mode 应是 'manual' 或 'torch'，收到 {mode!r}")
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.mse_loss(model(x, mask), target)
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return {"losses": losses, "params": {k: _full(v) for k, v in model.named_parameters()}}
+    with recording() as sent:
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.mse_loss(model(x, mask), target)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+    return {"losses": losses, "params": {k: _full(v) for k, v in model.named_parameters()},
+            "bytes_per_step": sum(n for _, n in sent) / steps}
 
 
 def tp_grad_worker(rank: int, world_size: int, mode: str, block: ResidualBlock, x: torch.Tensor,
