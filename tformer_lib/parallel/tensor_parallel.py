@@ -182,7 +182,9 @@ def tp_train_worker(rank: int, world_size: int, mode: str, block: ResidualBlock,
     量级的舍入噪声，AdamW 的归一化会把噪声放大成 ±lr 的更新，比较就失去意义。
 
     已知问题（2026-12-01，torch 2.13 CPU/gloo）：``"torch"`` 路径第一步的输出与梯度与不切的块逐位一致，但
-    ``optimizer.step()`` 之后第二步起损失偏离（~2e-2，且每次运行不同）；原因未查明，测试只核对一步。"""
+    ``optimizer.step()`` 之后第二步起损失偏离（~2e-2，且每次运行不同），测试只核对一步。线索：先建优化器再反向时，
+    读到的 attn 梯度（它们经 ColwiseParallel 入口把 Partial 梯度 all-reduce 成 Replicate，一个异步的 functional
+    collective）时对时错，而更新后的参数却与参照相同——像是异步 all-reduce 还没等完就被读了（gloo/CPU）。待查。"""
     if mode == "manual":
         model = ResidualBlock(TensorParallelAttention(block.attn, rank, world_size),
                               TensorParallelFFN(block.ffn, rank, world_size))
