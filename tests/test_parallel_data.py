@@ -63,3 +63,12 @@ def test_bad_mode_is_rejected():
     model = make_lm(LMConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, d_ff=8, max_len=8))
     with pytest.raises(ValueError, match="'zero9'"):
         train_data_parallel(model, torch.randint(4, 10, (8, 5)), 1, 4, 1e-3, modes=("zero9",))
+
+
+def test_throughput_measurement_reports_both_layouts():
+    from tformer_lib.parallel.throughput import measure_throughput
+
+    model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16))
+    out = measure_throughput(model, torch.randint(4, 30, (16, 9)), steps=1, batch_size=4, timeout=150)
+    assert out["1x2"]["tokens_per_s"] > 0 and out["2x1"]["tokens_per_s"] > 0
+    assert 0 < out["2x1"]["comm_share"] < 1

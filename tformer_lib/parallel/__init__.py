@@ -6,6 +6,7 @@
 - :mod:`.pipeline`：2 段流水线，手写 GPipe（send/recv）与 ``torch.distributed.pipelining`` 的 GPipe/1F1B；气泡 (p−1)/(m+p−1)；
 - :mod:`.zero` / :mod:`.fsdp`：ZeRO 阶段 0–3 每进程字节公式；FSDP2 ``fully_shard`` 训练并量出每进程实际字节；
 - :mod:`.comm`：每种方案每步的通信载荷，由手写方案实际交出的张量记下，与公式（环形 all-reduce 2(p−1)/p 等）比较；
+- :mod:`.throughput`：同一次运行里量 1 进程 × 2 线程 与 2 进程 × 1 线程（数据并行）的词元/秒与通信占比；
 - :mod:`.trainer`：``torchrun`` 下的 ``lm-train``（``LMTrainer`` + DDP，只有 rank 0 打印与保存）。
 
 每个手写方案都有测试证明它与单进程训练、也与 PyTorch 自己的引擎结果一致。
