@@ -151,6 +151,10 @@ def test_engine_rejects_bad_requests():
         engine.add_request([5], -1)
     with pytest.raises(ValueError, match="max_batch"):
         Engine(model, max_batch=0)
+    with pytest.raises(ValueError, match="max_batch"):
+        Engine(model, max_batch="8")  # 先查 max_batch，min_prefill 的范围检查才不会拿字符串去比大小
+    with pytest.raises(ValueError, match="min_prefill"):
+        Engine(model, max_batch=4, min_prefill=5)
 
 
 def test_requests_that_can_never_fit_are_refused_up_front():

@@ -64,10 +64,10 @@ class Engine:
     def __init__(self, model: nn.Module, *, max_batch: int = 8, token_budget: int | None = None,
                  block_size: int = 16, num_blocks: int | None = None, prefix_caching: bool = True,
                  eos_id: int | None = None, suppress_ids: Sequence[int] = (PAD, BOS), min_prefill: int = 1):
-        if isinstance(min_prefill, bool) or not isinstance(min_prefill, int) or not 1 <= min_prefill <= max_batch:
-            raise ValueError(f"min_prefill 应是 [1, max_batch={max_batch}] 内的整数，收到 {min_prefill!r}")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch 应为正整数，收到 {max_batch!r}")
+        if isinstance(min_prefill, bool) or not isinstance(min_prefill, int) or not 1 <= min_prefill <= max_batch:
+            raise ValueError(f"min_prefill 应是 [1, max_batch={max_batch}] 内的整数，收到 {min_prefill!r}")
         max_len = model.config.max_len
         token_budget = max_len + max_batch if token_budget is None else token_budget
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < max_len:
