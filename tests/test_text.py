@@ -208,6 +208,10 @@ def test_bpe_specials_and_partial_characters(ours, fast):
         assert tok.decode(ids + tok.encode("黄河"), stop_at_eos=False) == "白日黄河"
         assert tok.decode([UNK]) == "<unk>"
         assert tok.decode(torch.tensor(ids)) == tok.decode(np.array(ids, dtype=np.int64)) == "白日"
+        literal = "白<eos>日<pad><unk><bos>"  # 文本里字面的特殊词元写法只是普通字符
+        assert not set(tok.encode(literal)) & {PAD, BOS, EOS, UNK}
+        assert tok.decode(tok.encode(literal)) == literal
+    assert fast.encode_batch(["白<eos>日"]) == [fast.encode("白<eos>日")]
     half = [BYTE_OFFSET + b for b in "月".encode()[:2]]
     assert ours.decode(half) == "\ufffd"
     with pytest.raises(UnicodeDecodeError):

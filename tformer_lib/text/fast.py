@@ -36,6 +36,8 @@ class FastBPETokenizer:
         got = [tokenizer.id_to_token(i) for i in range(len(SPECIAL_TOKENS))]
         if got != list(SPECIAL_TOKENS):
             raise ValueError(f"tokenizer 的 id 0–3 应是 {SPECIAL_TOKENS}，收到 {got}")
+        # 文本里字面写着的 "<eos>" 等只是普通字符，按字节编码；特殊 id 只由 add_bos/add_eos 加入（与教学版相同）
+        tokenizer.encode_special_tokens = True
         self.tokenizer = tokenizer
 
     @classmethod
