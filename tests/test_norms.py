@@ -1,5 +1,7 @@
 """RMSNorm 与 torch.nn.RMSNorm 逐元素相等；ResidualNorm 可选 RMSNorm；坏参数报中文错误。"""
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -25,6 +27,25 @@ def test_rmsnorm_equals_torch(shape, eps):
     theirs(x2).square().sum().backward()
     torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ours.weight.grad, theirs.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_rmsnorm_dtypes_follow_torch(dtype):
+    """fp32 权重、其他 dtype 的输入：输出 dtype 与 torch.nn.RMSNorm 相同；float64 不被降到 float32 算。"""
+    ours, theirs = RMSNorm(8), nn.RMSNorm(8, eps=1e-5)
+    with torch.no_grad():
+        w = torch.randn(8)
+        ours.weight.copy_(w)
+        theirs.weight.copy_(w)
+    x = (torch.randn(4, 8, dtype=torch.float64) * 3).to(dtype)
+    y = ours(x)
+    assert y.dtype == dtype
+    exact = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
+    tol = {torch.float64: 1e-12, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    torch.testing.assert_close(y.double(), exact, rtol=tol, atol=tol)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch 对 dtype 不一致的输入会提示不能走融合实现
+        torch.testing.assert_close(y, theirs(x).to(dtype), rtol=tol, atol=tol)
 
 
 def test_rmsnorm_has_unit_rms_and_no_bias():

@@ -31,10 +31,11 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x 的最后一维是 {x.shape[-1]}，而这个 RMSNorm 期望 d_model={self.d_model}")
-        # 均方根 rms = sqrt(mean(x^2) + eps)，在 float32 里算，避免半精度下溢
-        x32 = x.float()
-        inv_rms = torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
-        return (x32 * inv_rms).to(x.dtype) * self.weight  # (..., d_model)
+        # 均方根 rms = sqrt(mean(x^2) + eps)：半精度输入升到 float32 里算（避免下溢），float64 就用 float64；
+        # 乘完 γ 再转回输入的 dtype——与 torch.nn.RMSNorm 相同（fp16 输入、fp32 权重 → fp16 输出）
+        xc = x.to(torch.promote_types(x.dtype, torch.float32))
+        inv_rms = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (..., 1)
+        return (xc * inv_rms * self.weight.to(xc.dtype)).to(x.dtype)  # (..., d_model)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"
