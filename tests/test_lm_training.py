@@ -191,3 +191,44 @@ def test_documents_and_prompts():
     assert poem_prompt("七言律诗", first="春") == "七律《》春"
     with pytest.raises(ValueError, match="form"):
         poem_prompt("词")
+
+
+def _trainer(**kw):
+    blocks = pack_documents(synthetic_docs(40), 17)
+    valid = loss_targets(pad_documents(synthetic_docs(4, seed=1)))
+    return LMTrainer(tiny_model(), blocks, kw.pop("valid", valid), **{"batch_size": 4, "warmup": 1, "total_steps": 3, **kw})
+
+
+@pytest.mark.parametrize("kwargs, error, pattern", [
+    ({"eval_every": 0}, ValueError, r"eval_every 应是正整数，收到 0"),
+    ({"eval_every": 2.5}, TypeError, r"eval_every 应是整数"),
+    ({"total_steps": 0}, ValueError, r"total_steps 应是正整数"),
+    ({"clip": 0}, ValueError, r"clip 应是有限的正数，收到 0"),
+    ({"clip": float("nan")}, ValueError, r"clip 应是有限的正数"),
+    ({"weight_decay": -0.1}, ValueError, r"weight_decay 应是 ≥0 的有限数，收到 -0\.1"),
+    ({"seed": "0"}, TypeError, r"seed 应是整数，收到 str"),
+    ({"progress": "no"}, TypeError, r"progress 应是 True 或 False"),
+    ({"verbose": 1}, TypeError, r"verbose 应是 True 或 False"),
+    ({"valid": torch.zeros(2, 3, dtype=torch.long)}, TypeError, r"valid 应是 None 或 \(inputs, targets\)"),
+    ({"valid": (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))}, ValueError, r"形状应相同"),
+    ({"valid": (torch.zeros(2, 3), torch.zeros(2, 3))}, ValueError, r"valid\[0\]（inputs） 应是 \(M, L\) 的 LongTensor"),
+])
+def test_lm_trainer_bad_arguments_name_the_argument(kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        _trainer(**kwargs)
+
+
+def test_lm_trainer_evaluate_and_fit_errors():
+    trainer = _trainer(valid=None)
+    with pytest.raises(ValueError, match="valid=None"):
+        trainer.evaluate()
+    with pytest.raises(ValueError, match="steps 应是正整数，收到 0"):
+        trainer.fit(0)
+    assert trainer.fit() == {} and trainer.step == 3  # 没有验证数据：照常训练，只是不评估
+
+
+def test_evaluate_poem_model_refuses_an_unknown_split():
+    from tformer_lib.lm.quality import evaluate_poem_model
+
+    with pytest.raises(ValueError, match="split 应是 'valid' 或 'test'.*收到 'foo'"):
+        evaluate_poem_model(tiny_model(), None, {"valid": None, "test": None}, split="foo")

@@ -178,6 +178,8 @@ def evaluate_poem_model(model, tokenizer, data: dict, *, n_samples: int = 200, t
     """
     from .data import loss_targets
 
+    if split not in ("valid", "test") or split not in data:
+        raise ValueError(f"split 应是 'valid' 或 'test'（data 里逐首诗的划分），收到 {split!r}")
     bigram = BigramLM.fit(loss_targets(data["train_blocks"]), data["valid"], tokenizer.vocab_size)
     _, ppl = lm_perplexity(model, *data[split])
     bigram_ppl = bigram.perplexity(*data[split])

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import finite_positive, flag, positive_int
 from ..specials import PAD
 from ..training.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, CheckpointError, atomic_torch_save, load_checkpoint
 from ..training.trainer import TrainingDivergedError
@@ -69,6 +70,21 @@ def make_adamw(model: nn.Module, lr: float, weight_decay: float = 0.1, betas=(0.
     other = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": other, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+
+def _check_valid(valid) -> None:
+    """``valid`` 应是 ``None`` 或 ``(inputs, targets)``：两个形状相同的 ``(M, L)`` 整数张量。"""
+    if valid is None:
+        return
+    if not isinstance(valid, (tuple, list)) or len(valid) != 2:
+        raise TypeError(f"valid 应是 None 或 (inputs, targets) 两个张量，收到 {type(valid).__name__}")
+    inputs, targets = valid
+    for name, x in (("valid[0]（inputs）", inputs), ("valid[1]（targets）", targets)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype != torch.long:
+            got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} 应是 (M, L) 的 LongTensor，收到 {got}")
+    if inputs.shape != targets.shape:
+        raise ValueError(f"valid 的 inputs {tuple(inputs.shape)} 与 targets {tuple(targets.shape)} 形状应相同")
 
 
 class LMTrainer:
@@ -119,6 +135,18 @@ class LMTrainer:
             raise ValueError(f"autocast 应是 {tuple(AUTOCAST_DTYPES)} 之一，收到 {autocast!r}")
         if not isinstance(activation_checkpointing, bool):
             raise TypeError(f"activation_checkpointing 应是 bool，收到 {activation_checkpointing!r}")
+        _check_valid(valid)
+        positive_int("total_steps", total_steps)
+        positive_int("eval_every", eval_every)
+        if clip is not None:
+            finite_positive("clip", clip)
+        if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not 0 <= weight_decay < math.inf:
+            raise ValueError(f"weight_decay 应是 ≥0 的有限数，收到 {weight_decay!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed 应是整数，收到 {type(seed).__name__} {seed!r}")
+        if progress is not None:
+            flag("progress", progress)
+        flag("verbose", verbose)
         model.set_activation_checkpointing(activation_checkpointing)
         self.accumulation_steps, self.autocast = accumulation_steps, autocast
         device_type = next(model.parameters()).device.type
@@ -207,6 +235,8 @@ class LMTrainer:
 
     def evaluate(self) -> dict:
         """验证集上的平均交叉熵与困惑度（perplexity）。"""
+        if self.valid is None:
+            raise ValueError("这个 LMTrainer 建立时 valid=None，没有验证数据可评估：建立时传入 valid=(inputs, targets)")
         loss, ppl = lm_perplexity(self.model, *self.valid)
         return {"step": self.step, "valid_loss": loss, "valid_ppl": ppl}
 
@@ -217,7 +247,7 @@ class LMTrainer:
         """
         from tqdm.auto import tqdm
 
-        end = self.total_steps if steps is None else self.step + steps
+        end = self.total_steps if steps is None else self.step + positive_int("steps", steps)
         show = sys.stderr.isatty() if self.progress is None else bool(self.progress)
         bar = tqdm(total=end - self.step, disable=not show, leave=False, desc="lm-train")
         info: dict = {}
