@@ -91,6 +91,8 @@ def test_eos_stops_and_pads():
 def test_top_k_and_top_p_filters():
     logits = torch.tensor([[3.0, 1.0, 2.0, 0.0]])
     assert torch.isinf(filter_top_k(logits, 2)).tolist() == [[False, True, False, True]]
+    tied = torch.tensor([[3.0, 2.0, 2.0, 0.0]])  # 第 2 名并列：两个都留下（文档写明的约定）
+    assert torch.isinf(filter_top_k(tied, 2)).tolist() == [[False, False, False, True]]
     probs = logits.softmax(-1)[0]  # ≈ 0.64, 0.09, 0.24, 0.03
     kept = ~torch.isinf(filter_top_p(logits, 0.7))
     assert kept.tolist() == [[True, False, True, False]]  # 0.64 不够 0.7，再加 0.24

@@ -48,7 +48,11 @@ def check_eos_id(eos_id, vocab_size: int, suppress_ids: Sequence[int] = (PAD, BO
 
 
 def filter_top_k(logits: torch.Tensor, top_k: int | None) -> torch.Tensor:
-    """只保留每行分数最高的 ``top_k`` 个词，其余置为 −∞。``logits`` ``(..., V)``。"""
+    """只保留每行分数最高的 ``top_k`` 个词，其余置为 −∞。``logits`` ``(..., V)``。
+
+    与第 k 名分数相同（并列）的词也都保留，所以保留下来的可能多于 ``top_k`` 个——与 Hugging Face
+    ``TopKLogitsWarper`` 的做法相同：在并列的词之间任挑 k 个，结果就会依赖排序实现的细节。
+    """
     _check_top_k(top_k)
     if top_k is None or top_k >= logits.shape[-1]:
         return logits
