@@ -1,0 +1,389 @@
+"""第 13 章（推理服务）的图：算术强度与屋顶线、批槽位时间线、分页缓存的块表、推测解码的接受率与加速比。
+
+都是纯函数：给数据（配置、字典、BlockManager 或它的快照），返回 ``matplotlib.figure.Figure``，自己不计时。
+算数据的代码在 :mod:`tformer_lib.serving`（``roofline``、``benchmark``、``paged_cache``、``speculative``）。
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib
+import numpy as np
+
+from tformer_lib.plotting._common import blank_figure, new_figure
+
+__all__ = [
+    "plot_arithmetic_intensity",
+    "plot_roofline",
+    "slot_utilization",
+    "plot_slot_timeline",
+    "block_table_snapshot",
+    "plot_block_table",
+    "plot_speculative",
+]
+
+_DECODE, _PREFILL, _BALANCE = "#d62728", "#1f77b4", "#555555"
+_KIND_LABELS = {"static": "静态批处理", "continuous": "连续批处理"}
+
+
+def _positive_number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not value > 0:
+        raise ValueError(f"{name} 应为正数，收到 {value!r}")
+    return float(value)
+
+
+def _positive_ints(name: str, values) -> list[int]:
+    values = list(values)
+    if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in values):
+        raise ValueError(f"{name} 应是非空的正整数序列，收到 {values!r}")
+    return [int(v) for v in values]
+
+
+# ---------------------------------------------------------------- 算术强度与屋顶线
+
+
+def plot_arithmetic_intensity(config, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+                              prompt_lens: Sequence[int] | None = None, context: int | None = None,
+                              peak_flops: float | None = None, bandwidth: float | None = None,
+                              bytes_per_element: int = 4, title: str | None = None, ax=None):
+    """横轴：一次前向处理的词元数（解码 = 批大小 B，预填充 = 提示长度 T）；纵轴：算术强度（FLOP/字节，对数）。
+
+    红线：一步解码，B 条序列各看 ``context`` 个位置（默认 ``max_len // 2``）——强度随 B 上升，因为权重整批共用；
+    蓝线：一条长 T 的提示的预填充（默认 T 取不超过 ``max_len`` 的 ``batch_sizes``）。给出测得的 ``peak_flops``
+    （FLOP/s）与 ``bandwidth``（字节/秒）时，再画机器平衡点的水平线：线下访存受限，线上算力受限。
+    """
+    from tformer_lib.serving.roofline import decode_cost, machine_balance, prefill_cost
+
+    batch_sizes = _positive_ints("batch_sizes", batch_sizes)
+    context = config.max_len // 2 if context is None else context
+    if prompt_lens is None:
+        prompt_lens = [t for t in batch_sizes if t <= config.max_len] or [config.max_len]
+    prompt_lens = _positive_ints("prompt_lens", prompt_lens)
+    decode = [decode_cost(config, b, context, bytes_per_element)["intensity"] for b in batch_sizes]
+    prefill = [prefill_cost(config, t, 1, bytes_per_element)["intensity"] for t in prompt_lens]
+    if ax is None:
+        fig, ax = new_figure((6.8, 4.2))
+    else:
+        fig = ax.figure
+    ax.plot(batch_sizes, decode, "o-", color=_DECODE, label=f"解码一步：B 条序列各 1 个词元（上下文 {context}）")
+    ax.plot(prompt_lens, prefill, "s--", color=_PREFILL, label="预填充：1 条长 T 的提示")
+    if (peak_flops is None) != (bandwidth is None):
+        raise ValueError("peak_flops 与 bandwidth 要么都给（画机器平衡点），要么都不给")
+    if peak_flops is not None:
+        balance = machine_balance(_positive_number("peak_flops", peak_flops), _positive_number("bandwidth", bandwidth))
+        ax.axhline(balance, color=_BALANCE, ls=":", lw=1.5, label=f"机器平衡点 峰值÷带宽 ≈ {balance:.3g} FLOP/字节")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    if peak_flops is not None:
+        bottom = min(decode + prefill + [balance]) / 2
+        ax.set_ylim(bottom, max(decode + prefill + [balance]) * 2)
+        ax.axhspan(bottom, balance, color="#f4cccc", alpha=0.3, lw=0)
+        ax.text(batch_sizes[-1], balance / 1.25, "访存受限", ha="right", va="top", fontsize=9, color="#a33")
+        ax.text(batch_sizes[-1], balance * 1.25, "算力受限", ha="right", va="bottom", fontsize=9, color="#333")
+    ax.set_xlabel("一次前向处理的词元数（解码：批大小 B；预填充：提示长度 T）")
+    ax.set_ylabel("算术强度（FLOP / 字节）")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title or "预填充与解码的算术强度")
+    return fig
+
+
+def plot_roofline(points: Mapping[str, float], peak_flops: float, bandwidth: float, *,
+                  measured: Mapping[str, float] | None = None, title: str | None = None, ax=None):
+    """屋顶线：可达 FLOP/s = min(峰值, 强度 × 带宽)（对数坐标）。``points``：``{标签: 算术强度}``，画在屋顶上；
+    ``measured``（可选）：``{标签: 实测 FLOP/s}``，画成空心点，与屋顶之间的距离就是没用上的那部分。"""
+    from tformer_lib.serving.roofline import attainable_flops, machine_balance
+
+    if not points:
+        raise ValueError("points 为空：应是 {标签: 算术强度}")
+    balance = machine_balance(_positive_number("peak_flops", peak_flops), _positive_number("bandwidth", bandwidth))
+    values = {k: _positive_number(f"points[{k!r}]", v) for k, v in points.items()}
+    lo, hi = min(min(values.values()), balance) / 4, max(max(values.values()), balance) * 4
+    xs = np.geomspace(lo, hi, 200)
+    if ax is None:
+        fig, ax = new_figure((6.6, 4.2))
+    else:
+        fig = ax.figure
+    ax.plot(xs, np.minimum(peak_flops, xs * bandwidth), color="#333333", lw=2, label="屋顶：min(峰值, 强度 × 带宽)")
+    ax.axvline(balance, color=_BALANCE, ls=":", lw=1)
+    ax.text(balance, peak_flops * 1.15, f" 平衡点 {balance:.3g}", fontsize=8, color=_BALANCE)
+    colors = ["#d62728", "#ff7f0e", "#2ca02c", "#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    for i, (label, x) in enumerate(values.items()):
+        color = colors[i % len(colors)]
+        ax.plot([x], [attainable_flops(x, peak_flops, bandwidth)], "o", color=color, ms=7, label=label)
+        if measured and label in measured:
+            ax.plot([x], [_positive_number(f"measured[{label!r}]", measured[label])], "o", mfc="none", color=color, ms=9)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(top=peak_flops * 2)
+    ax.set_xlabel("算术强度（FLOP / 字节）")
+    ax.set_ylabel("可达 FLOP/s")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title or "屋顶线模型：访存受限 vs 算力受限")
+    return fig
+
+
+# ---------------------------------------------------------------- 批槽位时间线
+
+
+def _check_slot_steps(slot_steps, name: str) -> list[list[tuple[int, int]]]:
+    if isinstance(slot_steps, (str, bytes)) or not isinstance(slot_steps, Sequence):
+        raise TypeError(f"{name} 应是每个请求一个 [(步, 槽位), …] 列表，收到 {type(slot_steps).__name__}")
+    out = []
+    for i, steps in enumerate(slot_steps):
+        try:
+            pairs = [(int(s), int(b)) for s, b in steps]
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name}[{i}] 应是 [(步, 槽位), …]，收到 {steps!r:.60}") from exc
+        if any(s < 0 or b < 0 for s, b in pairs):
+            raise ValueError(f"{name}[{i}] 里的步号与槽位号应非负，收到 {pairs[:4]}…")
+        out.append(pairs)
+    return out
+
+
+def _grid(slot_steps: list[list[tuple[int, int]]], max_batch: int | None) -> np.ndarray:
+    """``(槽位, 2·步数)`` 的请求号表（-1 = 空）：每步两格。连续批处理里一个槽位可以在同一步先被解码完的请求用、
+    再被刚预填充的新请求接手——那一步左格是旧请求、右格是新请求；只有一个请求时两格都是它。"""
+    steps = max((s for r in slot_steps for s, _ in r), default=-1) + 1
+    slots = max((b for r in slot_steps for _, b in r), default=-1) + 1
+    slots = max(slots, max_batch or 0)
+    grid = np.full((slots, 2 * steps), -1, dtype=int)
+    first = {rid: min((s for s, _ in pairs), default=0) for rid, pairs in enumerate(slot_steps)}
+    for rid in sorted(first, key=lambda r: (first[r], r)):  # 先开始的请求先填
+        for s, b in slot_steps[rid]:
+            left, right = grid[b, 2 * s], grid[b, 2 * s + 1]
+            if left == -1:
+                grid[b, 2 * s: 2 * s + 2] = rid
+            elif left == right:
+                grid[b, 2 * s + 1] = rid
+            else:
+                raise ValueError(f"第 {s} 步的槽位 {b} 被三个请求（{left}、{right}、{rid}）占用")
+    return grid
+
+
+def _busy(grid: np.ndarray) -> int:
+    """被占用的（步, 槽位）格数。"""
+    return int(((grid[:, 0::2] >= 0) | (grid[:, 1::2] >= 0)).sum())
+
+
+def slot_utilization(slot_steps, max_batch: int) -> dict:
+    """一份时间线（每个请求的 ``[(步, 槽位), …]``，即 :class:`~tformer_lib.serving.Request` 的 ``slot_steps``）的
+    步数、被占用的格数与利用率 = 占用格数 ÷ (步数 × ``max_batch``)。"""
+    pairs = _check_slot_steps(slot_steps, "slot_steps")
+    grid = _grid(pairs, _positive_ints("max_batch", [max_batch])[0])
+    busy = _busy(grid)
+    steps = grid.shape[1] // 2
+    return {"steps": steps, "busy": busy, "utilization": busy / (steps * max_batch) if steps else 0.0}
+
+
+def plot_slot_timeline(timeline: Mapping[str, Sequence] | Sequence, *, max_batch: int | None = None,
+                       title: str | None = None, show_ids: bool | None = None):
+    """哪个请求在哪一步占着哪个批槽位：每种调度一个面板，上下排列、横轴（引擎步）对齐，一色一个请求，白格是空槽。
+
+    ``timeline``：``{"static": [...], "continuous": [...]}``（:func:`~tformer_lib.serving.benchmark.batching_benchmark`
+    结果里的 ``"timeline"``），每个值是每个请求的 ``[(步, 槽位), …]``；也可以只给一份列表。
+    面板标题写出步数与槽位利用率（:func:`slot_utilization`）。``show_ids``：格子里写请求号（默认：格子不太多时写）。
+    """
+    from matplotlib.colors import ListedColormap
+
+    if isinstance(timeline, Mapping):
+        if not timeline:
+            raise ValueError("timeline 为空：应是 {调度名: 每个请求的 [(步, 槽位), …]}")
+        kinds = {k: _check_slot_steps(v, f"timeline[{k!r}]") for k, v in timeline.items()}
+    else:
+        kinds = {"": _check_slot_steps(timeline, "timeline")}
+    grids = {k: _grid(v, max_batch) for k, v in kinds.items()}
+    slots = max(g.shape[0] for g in grids.values())
+    steps = max(g.shape[1] for g in grids.values()) // 2
+    n_requests = max(len(v) for v in kinds.values())
+    fig, axes = new_figure((min(13.0, 3.0 + 0.12 * steps), 0.9 + len(grids) * (0.5 + 0.22 * slots)),
+                           nrows=len(grids), ncols=1)
+    axes = np.atleast_2d(axes).reshape(-1, 1)  # 只有一个面板时 new_figure 返回单个 Axes
+    base = [tuple(c) for c in matplotlib.colormaps["tab20"].colors]
+    cmap = ListedColormap([(1.0, 1.0, 1.0)] + [base[i % len(base)] for i in range(max(n_requests, 1))])
+    show = show_ids if show_ids is not None else steps * slots <= 1200
+    for ax, (kind, grid) in zip(axes[:, 0], grids.items()):
+        full = np.full((slots, 2 * steps), -1, dtype=int)
+        full[: grid.shape[0], : grid.shape[1]] = grid
+        ax.imshow(full + 1, cmap=cmap, vmin=0, vmax=max(n_requests, 1), aspect="auto", interpolation="nearest",
+                  extent=(-0.5, steps - 0.5, slots - 0.5, -0.5))
+        ax.set_xticks(np.arange(-0.5, steps, 1), minor=True)
+        ax.set_yticks(np.arange(-0.5, slots, 1), minor=True)
+        ax.grid(which="minor", color="#dddddd", lw=0.4)
+        ax.tick_params(which="minor", length=0)
+        ax.set_yticks(range(slots))
+        if show:
+            for b in range(slots):
+                for s in range(steps):
+                    a, z = full[b, 2 * s], full[b, 2 * s + 1]
+                    if a >= 0 and a == z:
+                        ax.text(s, b, str(a), ha="center", va="center", fontsize=5, color="#222222")
+                    else:
+                        for offset, rid in ((-0.25, a), (0.25, z)):
+                            if rid >= 0:
+                                ax.text(s + offset, b, str(rid), ha="center", va="center", fontsize=4, color="#222222")
+        width = max_batch or slots
+        name = _KIND_LABELS.get(kind, kind)
+        head = f"{name}：" if name else ""
+        n_steps = grid.shape[1] // 2
+        ax.set_title(f"{head}{n_steps} 步，槽位利用率 {_busy(grid) / max(1, n_steps * width):.0%}", fontsize=10)
+        ax.set_ylabel("批槽位")
+    axes[-1, 0].set_xlabel("引擎步（每步每个槽位产出一个词元；格中数字 = 请求号）" if show else "引擎步")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# ---------------------------------------------------------------- 分页缓存的块表
+
+
+def block_table_snapshot(manager) -> dict:
+    """把一个 :class:`~tformer_lib.serving.BlockManager` 此刻的状态抄成普通字典（之后管理器再变，快照也不变）。
+
+    ``{"num_blocks", "block_size", "tables": {序列: [物理块…]}, "lengths": {序列: 已写位置数},
+    "ref_count": [...], "free": [...], "prefix_blocks": [登记为可共用前缀的块…]}``
+    """
+    from tformer_lib.serving.paged_cache import BlockManager
+
+    if not isinstance(manager, BlockManager):
+        raise TypeError(f"manager 应是 BlockManager（PagedKVCache 的 .manager），收到 {type(manager).__name__}")
+    return {"num_blocks": manager.num_blocks, "block_size": manager.block_size,
+            "tables": {int(s): list(t) for s, t in manager.tables.items()},
+            "lengths": {int(s): int(n) for s, n in manager.lengths.items()},
+            "ref_count": list(manager.ref_count), "free": sorted(manager.free_blocks),
+            "prefix_blocks": sorted(manager._block_key)}
+
+
+def _as_snapshot(state) -> dict:
+    if isinstance(state, Mapping):
+        missing = {"num_blocks", "block_size", "tables", "lengths", "ref_count"} - set(state)
+        if missing:
+            raise ValueError(f"快照缺少这些键：{sorted(missing)}（用 block_table_snapshot(manager) 得到）")
+        return dict(state)
+    if hasattr(state, "manager"):  # PagedKVCache
+        state = state.manager
+    return block_table_snapshot(state)
+
+
+def plot_block_table(state, *, title: str | None = None, columns: int | None = None):
+    """分页缓存的一刻：左边每条序列的块表（逻辑块 → 物理块号，块内深色部分 = 已写入的位置），右边全部物理块。
+
+    ``state``：``BlockManager``、``PagedKVCache`` 或 :func:`block_table_snapshot` 的快照。一色一条序列；
+    被几条序列共用的前缀块（引用计数 > 1）画成金色并标出 “×引用数”；白格是空闲块。
+    """
+    from matplotlib.patches import Rectangle
+
+    snap = _as_snapshot(state)
+    n_blocks, size = int(snap["num_blocks"]), int(snap["block_size"])
+    tables, lengths, refs = snap["tables"], snap["lengths"], snap["ref_count"]
+    palette = [tuple(c) for c in matplotlib.colormaps["tab10"].colors]
+    shared = "#e6b422"
+    seqs = sorted(tables)
+    color_of = {s: palette[i % len(palette)] for i, s in enumerate(seqs)}
+    owner: dict[int, int] = {}
+    for s in seqs:
+        for b in tables[s]:
+            owner.setdefault(b, s)
+    columns = columns or min(16, max(4, int(np.ceil(np.sqrt(n_blocks * 2)))))
+    grid_rows = -(-n_blocks // columns)
+    width_blocks = max((len(tables[s]) for s in seqs), default=1)
+    fig = blank_figure((4.0 + 0.55 * width_blocks + 0.45 * columns, 1.4 + 0.42 * max(len(seqs), grid_rows, 2)))
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(width_blocks, 2) + 2.5, columns]})
+    # 左：每条序列的块表
+    for row, s in enumerate(seqs):
+        left.text(-0.3, row, f"序列 {s}（{lengths.get(s, 0)} 位）", ha="right", va="center", fontsize=8)
+        for i, b in enumerate(tables[s]):
+            filled = min(size, max(0, lengths.get(s, 0) - i * size)) / size
+            is_shared = refs[b] > 1
+            color = shared if is_shared else color_of[s]
+            left.add_patch(Rectangle((i - 0.45, row - 0.38), 0.9, 0.76, facecolor="white", edgecolor=color, lw=1.5))
+            left.add_patch(Rectangle((i - 0.45, row - 0.38), 0.9 * filled, 0.76, facecolor=color, alpha=0.55, lw=0))
+            left.text(i, row, f"{b}" + (f"\n×{refs[b]}" if is_shared else ""), ha="center", va="center", fontsize=7)
+    left.set_xlim(-3.2, max(width_blocks, 2) - 0.4)
+    left.set_ylim(max(len(seqs), 1) - 0.5, -0.6)
+    left.set_xticks(range(width_blocks))
+    left.set_xlabel("逻辑块号（格中 = 物理块号）")
+    left.set_yticks([])
+    for side in ("top", "right", "left"):
+        left.spines[side].set_visible(False)
+    left.set_title(f"块表：每块 {size} 个位置", fontsize=10)
+    # 右：物理块
+    for b in range(n_blocks):
+        r, c = divmod(b, columns)
+        if refs[b] == 0:
+            face, text = "white", f"{b}"
+        elif refs[b] > 1:
+            face, text = shared, f"{b}\n×{refs[b]}"
+        else:
+            face, text = color_of.get(owner.get(b), "#cccccc"), f"{b}"
+        right.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, facecolor=face, edgecolor="#999999",
+                                  alpha=0.75 if refs[b] else 1.0, lw=0.8))
+        right.text(c, r, text, ha="center", va="center", fontsize=6.5)
+    right.set_xlim(-0.6, columns - 0.4)
+    right.set_ylim(grid_rows - 0.4, -0.6)
+    right.set_aspect("equal")
+    right.axis("off")
+    used = sum(1 for x in refs if x > 0)
+    right.set_title(f"物理块：{used}/{n_blocks} 块在用，{sum(1 for x in refs if x > 1)} 块被共用", fontsize=10)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# ---------------------------------------------------------------- 推测解码
+
+
+def plot_speculative(result: Mapping, *, title: str | None = None):
+    """推测解码的测量（:func:`~tformer_lib.serving.benchmark.speculative_benchmark` 的结果）与公式并排。
+
+    左：每个 k 的接受率 α（柱），每次目标前向实际产出的词元数（点）与公式 (1−α^{k+1})/(1−α)（线）；
+    右：实测加速比（中位数，竖线 = 各轮的范围）与期望加速比 (1−α^{k+1}) / ((1−α)(kc+1))（c = 草稿/目标的开销比）。
+    """
+    from tformer_lib.serving.speculative import expected_tokens_per_pass
+
+    rows = result.get("rows") if isinstance(result, Mapping) else None
+    if not rows:
+        raise ValueError("result 应是 speculative_benchmark 的结果（含非空的 'rows'）")
+    need = {"k", "acceptance_rate", "tokens_per_target_pass", "speedup_median", "expected_speedup"}
+    for row in rows:
+        if not need <= set(row):
+            raise ValueError(f"result['rows'] 的每一行应含 {sorted(need)}，缺 {sorted(need - set(row))}")
+    ks = np.array([int(r["k"]) for r in rows])
+    alpha = np.array([float(r["acceptance_rate"]) for r in rows])
+    fig, axes = new_figure((9.6, 3.8), nrows=1, ncols=2)
+    left, right = axes[0, 0], axes[0, 1]
+    left.bar(ks, alpha, width=0.5, color="#9ecae1", label="接受率 α（左轴）")
+    left.set_ylim(0, 1.05)
+    left.set_ylabel("接受率 α")
+    left.set_xlabel("每次猜的词元数 k")
+    left.set_xticks(ks)
+    twin = left.twinx()
+    twin.plot(ks, [float(r["tokens_per_target_pass"]) for r in rows], "o", color="#08519c", ms=7, label="实测：每次目标前向产出的词元")
+    twin.plot(ks, [expected_tokens_per_pass(a, int(k)) for a, k in zip(alpha, ks)], "x--", color="#e6550d", ms=8,
+              label="公式 (1−α^(k+1))/(1−α)")
+    twin.set_ylabel("词元 / 次目标前向")
+    twin.set_ylim(0, max(ks) + 1.5)
+    handles = left.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    left.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper left")
+    left.set_title("接受率与每次验证的产出", fontsize=10)
+    med = np.array([float(r["speedup_median"]) for r in rows])
+    for k, r in zip(ks, rows):
+        spread = r.get("speedups")
+        if spread:
+            right.vlines(k, min(spread), max(spread), color="#2ca02c", lw=2, alpha=0.5)
+    right.plot(ks, med, "o-", color="#2ca02c", label="实测加速比（中位数，竖线 = 各轮范围）")
+    c = result.get("cost_ratio")
+    right.plot(ks, [float(r["expected_speedup"]) for r in rows], "x--", color="#e6550d", ms=8,
+               label="期望加速比" + (f"（c = {float(c):.2f}）" if c is not None else ""))
+    right.axhline(1.0, color="#333333", lw=0.8)
+    right.set_xticks(ks)
+    right.set_xlabel("每次猜的词元数 k")
+    right.set_ylabel("相对只用目标模型的加速比")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=7)
+    right.set_title("加速比：实测 vs 公式", fontsize=10)
+    if title:
+        fig.suptitle(title)
+    return fig
