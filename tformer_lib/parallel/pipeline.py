@@ -1,9 +1,14 @@
 """流水线并行（pipeline parallelism）：把模型按层切成 p 段（stage），每段放在一个进程上，一批切成 m 个微批
 （micro-batch）依次流过各段。
 
-- 手写的 GPipe（:func:`pipeline_worker` ``mode="manual"``）：第 0 段把 m 个微批的前向依次算完、用 ``dist.send``
-  把激活发给下一段；最后一段算损失、反向，把“对激活的梯度”发回；第 0 段收到后接着反向。所有微批的梯度累加后
-  统一更新一次——与整批训练相同（每个微批的损失除以 m）。
+- 手写的 GPipe（:func:`pipeline_worker` ``mode="manual"``）：第 0 段把 m 个微批的前向依次算完、把激活发给下一段；
+  最后一段算损失、反向，把“对激活的梯度”发回；第 0 段收到后接着反向。所有微批的梯度累加后
+  统一更新一次——与整批训练相同（每个微批的损失除以 m）。``mode="manual_1f1b"`` 是同一个执行器按 1F1B 的顺序
+  （:func:`~tformer_lib.parallel.schedule.stage_order`）做事。发送用 ``dist.isend``（不阻塞），接收用阻塞的
+  ``dist.recv``：1F1B 里两段会同时要发送，阻塞的 ``send`` 会互相等死。
+- 手写的两种调度都记下实测时间线：每一步开头 ``dist.barrier()`` 之后，每次前向、反向的起止时刻
+  （``time.perf_counter``，秒）——:func:`measure_pipeline_timeline`，格式与理想调度
+  （:func:`~tformer_lib.parallel.schedule.ideal_schedule`）相同，可以并排画出来比较。
 - PyTorch 的 ``torch.distributed.pipelining``：``PipelineStage`` + ``ScheduleGPipe`` 或 ``Schedule1F1B``
   （1F1B：稳态里一次前向、一次反向交替，同时在飞的微批最多 p 个，省激活内存；气泡一样大）。
 
@@ -13,6 +18,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -21,11 +28,15 @@ from torch import nn
 from ..masks import causal_mask
 from ..specials import PAD
 from .comm import record, recording
+from .schedule import PipelineEvent, idle_fraction, stage_order
 
-__all__ = ["bubble_fraction", "LMStage", "split_points", "pipeline_worker", "PIPELINE_MODES", "stage_name_map"]
+__all__ = ["bubble_fraction", "LMStage", "split_points", "pipeline_worker", "PIPELINE_MODES", "MANUAL_MODES", "stage_name_map",
+           "measure_pipeline_timeline"]
 
-#: "manual" = 手写 GPipe（send/recv），"gpipe"/"1f1b" = torch.distributed.pipelining 的两种调度
+#: "manual" = 手写 GPipe（isend/recv，记下时间线），"gpipe"/"1f1b" = torch.distributed.pipelining 的两种调度
 PIPELINE_MODES = ("manual", "gpipe", "1f1b")
+#: 手写执行器的两种顺序：另有 "manual_1f1b" = 手写 1F1B（不在 PIPELINE_MODES 里，演示默认不跑它）
+MANUAL_MODES = {"manual": "gpipe", "manual_1f1b": "1f1b"}
 
 
 def bubble_fraction(stages: int, micro_batches: int) -> float:
@@ -102,28 +113,80 @@ def _ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)  # (b·T, V)
 
 
+def _run_manual(stage: LMStage, order, inputs, targets, micro_batches: int, rank: int, d_model: int, clock):
+    """按 ``order``（``[("F", i), ("B", j), …]``）执行本段的一步；返回（本段算出的损失之和, 本段的事件列表）。
+
+    前向 i：第一段直接取第 i 个微批，其余段先 ``recv`` 上一段的激活；算完把输出 ``isend`` 给下一段（最后一段算损失）。
+    反向 j：最后一段从损失开始，其余段先 ``recv`` 下一段发回的梯度；算完把“对输入激活的梯度” ``isend`` 给上一段。
+    事件只计本段的计算（收到数据之后到算完），等待与通信算作空闲。
+    """
+    m = micro_batches
+    tgt_mbs = targets.chunk(m)
+    in_mbs = inputs.chunk(m) if stage.first else None
+    received, outputs, pending, events = {}, {}, [], []
+    total = 0.0
+    for kind, i in order:
+        if kind == "F":
+            if stage.first:
+                x = in_mbs[i]
+            else:
+                x = torch.empty(tgt_mbs[i].shape[0], tgt_mbs[i].shape[1], d_model)  # (b, T, d_model)
+                dist.recv(x, rank - 1)
+                x.requires_grad_(True)
+                received[i] = x
+            start = clock()
+            y = stage(x)  # (b, T, d_model) 或最后一段的 (b, T, V)
+            if stage.last:
+                y = _ce(y, tgt_mbs[i]) / m  # 每个微批的平均损失 / m → 整批平均
+                total += float(y.detach())
+            end = clock()
+            if not stage.last:
+                record("send", y)
+                out = y.detach().contiguous()
+                pending.append((dist.isend(out, rank + 1), out))
+            outputs[i] = y
+        else:
+            y = outputs.pop(i)
+            grad = None
+            if not stage.last:
+                grad = torch.empty_like(y)  # (b, T, d_model)：下一段对这个激活的梯度
+                dist.recv(grad, rank + 1)
+            start = clock()
+            y.backward(grad)
+            end = clock()
+            if not stage.first:
+                g = received.pop(i).grad.contiguous()  # (b, T, d_model)
+                record("send", g)
+                pending.append((dist.isend(g, rank - 1), g))
+        events.append(PipelineEvent(rank, kind, i, start, end))
+    for handle, _ in pending:
+        handle.wait()
+    return total, events
+
+
 def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, state: dict, blocks: torch.Tensor,
                     steps: int, batch_size: int, micro_batches: int, lr: float) -> dict:
     """每个进程一段，用 ``mode`` 的调度训练 ``steps`` 步（第 s 步用 ``blocks[s·B:(s+1)·B]``，SGD）。
 
-    返回本段的参数（已换成完整模型的名字）与最后一段算出的每步损失（整批平均）。
+    返回本段的参数（已换成完整模型的名字）、最后一段算出的每步损失（整批平均）、每步的通信字节，以及手写模式下
+    每一步的时间线 ``timeline[step] = [PipelineEvent, …]``（本段的事件，秒，从该步开头的 barrier 算起）。
     """
     from ..lm import LMConfig, make_lm
 
-    if mode not in PIPELINE_MODES:
-        raise ValueError(f"mode 应是 {PIPELINE_MODES} 之一，收到 {mode!r}")
+    if mode not in PIPELINE_MODES and mode not in MANUAL_MODES:
+        raise ValueError(f"mode 应是 {PIPELINE_MODES + ('manual_1f1b',)} 之一，收到 {mode!r}")
     model = make_lm(LMConfig.from_dict(config_dict))
     model.load_state_dict(state)
     stage = LMStage(model, rank, world_size)
     optimizer = torch.optim.SGD(stage.parameters(), lr=lr)
     schedule = None
-    if mode != "manual":
+    if mode not in MANUAL_MODES:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
         pstage = PipelineStage(stage, rank, world_size, torch.device("cpu"))
         kind = ScheduleGPipe if mode == "gpipe" else Schedule1F1B
         schedule = kind(pstage, n_microbatches=micro_batches, loss_fn=_ce)
-    losses = []
+    losses, timeline = [], []
     with recording() as sent:
         for step in range(steps):
             batch = blocks[step * batch_size : (step + 1) * batch_size]
@@ -137,32 +200,50 @@ def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, st
                     parts: list = []
                     schedule.step(target=targets, losses=parts)
                     total += sum(float(p.detach()) for p in parts) / micro_batches
-            elif stage.first:  # 手写 GPipe，第 0 段：全部前向 → 全部反向
-                outs = []
-                for mb in inputs.chunk(micro_batches):
-                    act = stage(mb)  # (b, T, d_model)
-                    record("send", act)
-                    dist.send(act.detach().contiguous(), rank + 1)
-                    outs.append(act)
-                for act in outs:
-                    grad = torch.empty_like(act)
-                    dist.recv(grad, rank + 1)  # 下一段对这个激活的梯度
-                    act.backward(grad)
-            else:  # 手写 GPipe，最后一段：也是先全部前向、再全部反向（send/recv 是阻塞的，顺序必须与第 0 段对上）
-                acts, parts = [], []
-                for mb_t in targets.chunk(micro_batches):
-                    act = torch.empty(mb_t.shape[0], mb_t.shape[1], model.config.d_model)  # (b, T, d_model)
-                    dist.recv(act, rank - 1)
-                    act.requires_grad_(True)
-                    acts.append(act)
-                    parts.append(_ce(stage(act), mb_t) / micro_batches)  # 每个微批的平均损失 / m → 整批平均
-                for act, loss in zip(acts, parts):
-                    loss.backward()
-                    record("send", act.grad)
-                    dist.send(act.grad.contiguous(), rank - 1)
-                    total += float(loss.detach())
+            else:  # 手写：按本段的调度顺序执行
+                dist.barrier()  # 时间线的零点：各段同时从这里开始
+                t0 = time.perf_counter()
+                loss, events = _run_manual(stage, stage_order(MANUAL_MODES[mode], world_size, micro_batches, rank),
+                                           inputs, targets, micro_batches, rank, model.config.d_model,
+                                           lambda: time.perf_counter() - t0)
+                total += loss
+                timeline.append(events)
             optimizer.step()
             dist.broadcast(total, world_size - 1)  # 损失只有最后一段知道
             losses.append(float(total))
     mapping = stage_name_map(model.config.n_layers, rank, world_size)
-    return {"bytes_per_step": sum(n for _, n in sent) / steps, "losses": losses, "params": {_full_name(k, mapping): v.detach().clone() for k, v in stage.named_parameters()}}
+    return {"bytes_per_step": sum(n for _, n in sent) / steps, "losses": losses, "timeline": timeline, "params": {_full_name(k, mapping): v.detach().clone() for k, v in stage.named_parameters()}}
+
+
+def measure_pipeline_timeline(model, blocks: torch.Tensor, *, schedule: str = "gpipe", stages: int = 2,
+                              micro_batches: int = 4, batch_size: int = 8, steps: int = 2, lr: float = 0.1,
+                              timeout: float = 120.0) -> dict:
+    """起 ``stages`` 个进程跑手写流水线（``schedule`` = ``"gpipe"`` 或 ``"1f1b"``），返回最后一步的实测时间线。
+
+    ``model``：``tie_embeddings=False`` 的 :class:`~tformer_lib.lm.DecoderOnlyLM`（不被修改）；``blocks``：
+    ``(steps·batch_size, T+1)`` 的词元，第 s 步用 ``blocks[s·B:(s+1)·B]``。第一步含预热（内存分配等），所以只取最后一步。
+
+    返回 ``{"events": [PipelineEvent, …]（所有段，按开始时间排序，秒）, "idle_fraction": 实测空闲比例,
+    "bubble_fraction": (p−1)/(m+p−1), "losses": 每步损失, "schedule", "stages", "micro_batches"}``。
+    实测的时间随机器负载而变：只画进图里，不要打印进会被比较的文本。
+    """
+    from .launch import launch
+    from .schedule import SCHEDULES
+
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule 应是 {SCHEDULES} 之一，收到 {schedule!r}")
+    for name, value in (("micro_batches", micro_batches), ("batch_size", batch_size), ("steps", steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} 应是正整数，收到 {value!r}")
+    if batch_size % micro_batches:
+        raise ValueError(f"batch_size={batch_size} 不能被 micro_batches={micro_batches} 整除")
+    if blocks.shape[0] < steps * batch_size:
+        raise ValueError(f"blocks 只有 {blocks.shape[0]} 行，{steps} 步 × batch_size={batch_size} 需要 {steps * batch_size} 行")
+    mode = {"gpipe": "manual", "1f1b": "manual_1f1b"}[schedule]
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    results = launch(pipeline_worker, stages, (mode, model.config.to_dict(), state, blocks, steps, batch_size,
+                                               micro_batches, lr), timeout=timeout)
+    events = sorted((e for r in results for e in r["timeline"][-1]), key=lambda e: (e.start, e.rank))
+    return {"events": events, "idle_fraction": idle_fraction(events, stages),
+            "bubble_fraction": bubble_fraction(stages, micro_batches), "losses": results[-1]["losses"],
+            "schedule": schedule, "stages": stages, "micro_batches": micro_batches}
