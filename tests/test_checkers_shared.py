@@ -415,3 +415,48 @@ def test_random_cases_are_reproducible_distinct_and_leave_global_state_alone():
 def test_core_exports_the_whole_toolkit():
     for name in _core.__all__:
         assert hasattr(_core, name), name
+
+
+# ================================================================ “直接调用答案”的静态检查
+
+
+def test_library_calls_sees_globals_attributes_local_imports_and_helpers():
+    import tformer_lib
+    from tformer_lib.masks import causal_mask
+
+    def direct(n):
+        return causal_mask(n)
+
+    def through_module(n):
+        return tformer_lib.causal_mask(n)
+
+    def local_import(n):
+        from tformer_lib.masks import causal_mask as cm
+
+        return cm(n)
+
+    def helper(n):
+        return direct(n)
+
+    def own(n):
+        return torch.ones(n, n, dtype=torch.bool).tril()
+
+    def own_with_same_attribute_name(n, obj):
+        return obj.causal_masks(n)  # 名字不同的属性不算
+
+    for fn in (direct, through_module, local_import, helper, lambda n: [causal_mask(n) for _ in range(1)][0]):
+        assert _core.library_calls(fn, [causal_mask]) == ["tformer_lib.masks.causal_mask"], fn
+    for fn in (own, own_with_same_attribute_name):
+        assert _core.library_calls(fn, [causal_mask]) == []
+    # 检查全部通过、但调用了答案 → ❌ library_call；同一个函数不禁用时 → ✅
+    ref = lambda f: compare(f(4), causal_mask(4))  # noqa: E731
+    assert run_checks("t", direct, [("n=4", ref)], verbose=False, forbidden=[causal_mask]).mistake == "library_call"
+    assert run_checks("t", direct, [("n=4", ref)], verbose=False).passed
+    assert run_checks("t", own, [("n=4", ref)], verbose=False, forbidden=[causal_mask]).passed
+    # 桩仍然是 ⏳，写错的仍然按写错报告
+    def stub(n):
+        raise NotImplementedError
+
+    assert run_checks("t", stub, [("n=4", ref)], verbose=False, forbidden=[causal_mask]).pending
+    wrong = lambda n: ~causal_mask(n)  # noqa: E731
+    assert run_checks("t", wrong, [("n=4", ref)], verbose=False, forbidden=[causal_mask]).mistake != "library_call"

@@ -6,7 +6,7 @@ import torch
 
 from checkers import Case, Wrong
 from tformer_lib import BOS, EOS, PAD, UNK
-from tformer_lib.data import Vocab, make_toy_corpus, tokenize_zh
+from tformer_lib.data import Vocab, make_toy_corpus, pad_sequences, tokenize_zh
 from tformer_lib.exercises.ch01 import check_encode, check_mixed_cosine, check_pad_batch, check_unk_rate
 
 
@@ -73,8 +73,14 @@ def _hard_coded_pad(seqs):
     return ids, ids != PAD
 
 
+def _library_pad(seqs):  # 直接用库里的答案：结果对，但不算自己改对了
+    ids = pad_sequences(seqs, pad_id=PAD)
+    return ids, ids != PAD
+
+
 PAD_CASE = Case(check_pad_batch, ref_pad, wrong=[
     Wrong("hard_coded", _hard_coded_pad),
+    Wrong("calls_pad_sequences", _library_pad, key="library_call"),
     Wrong("planted_bug_len_max", buggy_pad, key="t_max"),
     Wrong("left_pad", left_pad, key="left_pad"),
     Wrong("pad_with_unk", lambda seqs: (ref_pad(seqs)[0].masked_fill(ref_pad(seqs)[0] == PAD, UNK),

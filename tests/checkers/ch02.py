@@ -5,6 +5,7 @@ import math
 import torch
 
 from checkers import Case, Wrong
+from tformer_lib import sinusoidal_positional_encoding
 from tformer_lib.exercises import check_positional_encoding
 from tformer_lib.exercises.ch02 import check_order_blindness_test, check_pe_distance, check_relative_position_index
 
@@ -56,6 +57,12 @@ def _swapped(max_len, d_model):
     return torch.stack([pe[:, 1::2], pe[:, 0::2]], dim=-1).reshape(max_len, d_model)  # (max_len, d_model)
 
 
+def _imports_inside(max_len, d_model):  # 在函数体里导入也一样是调用答案
+    from tformer_lib.positional import SinusoidalPositionalEncoding
+
+    return SinusoidalPositionalEncoding(d_model, max_len).pe[:max_len]
+
+
 PE_FIX = Case(check_positional_encoding, ref_positional_encoding, name="check_positional_encoding_find_the_bug",
               wrong=[
                   Wrong("hard_coded", lambda max_len, d: ref_positional_encoding(6, 8)),
@@ -63,6 +70,8 @@ PE_FIX = Case(check_positional_encoding, ref_positional_encoding, name="check_po
                   Wrong("sin_cos_swapped", _swapped, key="sin_cos_swapped"),
                   Wrong("pos_from_1", lambda m, d: ref_positional_encoding(m + 1, d)[1:], key="pos_from_1"),
                   Wrong("transposed", lambda m, d: ref_positional_encoding(m, d).T),
+                  Wrong("calls_the_library", lambda m, d: sinusoidal_positional_encoding(m, d), key="library_call"),
+                  Wrong("imports_inside", _imports_inside, key="library_call"),
               ])
 
 

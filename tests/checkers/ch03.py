@@ -69,8 +69,17 @@ def _cols(q, k, v):
 
 _SQUARE = torch.randn(1, 4, 4)
 
-FIXED = Case(check_fixed_attention, ref_fixed_attention,
-             also_correct=[lambda q, k, v: scaled_dot_product_attention(q, k, v)], wrong=[
+def _helper_calls_library(q, k, v):  # 读者自己的辅助函数里调用库：检查器也看进去
+    return _my_attention(q, k, v)
+
+
+def _my_attention(q, k, v):
+    return scaled_dot_product_attention(q, k, v)
+
+
+FIXED = Case(check_fixed_attention, ref_fixed_attention, wrong=[
+    Wrong("calls_the_library", lambda q, k, v: scaled_dot_product_attention(q, k, v), key="library_call"),
+    Wrong("helper_calls_the_library", _helper_calls_library, key="library_call"),
     Wrong("hard_coded", lambda q, k, v: buggy_attention(_SQUARE, _SQUARE, _SQUARE)),
     Wrong("the_bug", buggy_attention, key="sqrt_T"),
     Wrong("no_scale", _no_scale, key="no_scale"),

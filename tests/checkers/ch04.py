@@ -45,8 +45,8 @@ def _fill_zero(q, k, v, mask):
 
 _Q = torch.randn(1, 1, 3, 4)
 
-MASKED = Case(check_fixed_masked_attention, ref_masked, also_correct=[
-    _renormalised, lambda q, k, v, m: scaled_dot_product_attention(q, k, v, mask=m)], wrong=[
+MASKED = Case(check_fixed_masked_attention, ref_masked, also_correct=[_renormalised], wrong=[
+    Wrong("calls_the_library", lambda q, k, v, m: scaled_dot_product_attention(q, k, v, mask=m), key="library_call"),
     Wrong("hard_coded", lambda q, k, v, m: scaled_dot_product_attention(_Q, _Q, _Q)),
     Wrong("the_bug", buggy_masked_attention, key="mask_after_softmax"),
     Wrong("polarity", _polarity, key="polarity"),
@@ -83,7 +83,10 @@ def _no_w_o(mha, x):
 
 _X = torch.randn(2, 5, 8)
 
-MHA = Case(check_fixed_mha_forward, ref_mha_forward, also_correct=[lambda mha, x: mha(x, x, x)], wrong=[
+MHA = Case(check_fixed_mha_forward, ref_mha_forward, wrong=[
+    Wrong("calls_mha", lambda mha, x: mha(x, x, x), key="library_call"),
+    Wrong("calls_merge_heads", lambda mha, x: mha.w_o(mha.merge_heads(scaled_dot_product_attention(
+        *(mha.split_heads(lin(x)) for lin in (mha.w_q, mha.w_k, mha.w_v)))[0])), key="library_call"),
     Wrong("hard_coded", lambda mha, x: _X),
     Wrong("the_bug", buggy_mha_forward, key="merge_without_transpose"),
     Wrong("view_after_transpose", _view_after_transpose, key="exception"),

@@ -5,7 +5,8 @@ import math
 import torch
 
 from checkers import Case, Wrong
-from tformer_lib import scaled_dot_product_attention
+from tformer_lib import count_parameters, scaled_dot_product_attention
+from tformer_lib.lm import DecoderOnlyLM, LMConfig, make_lm
 from tformer_lib.exercises.ch10 import (
     buggy_grouped_attention,
     check_fixed_grouped_attention,
@@ -64,8 +65,18 @@ def ref_kv_bytes_per_token(n_layers, d_model, n_heads, n_kv_heads, bytes_per_val
     return 2 * n_layers * n_kv_heads * d_k * bytes_per_value
 
 
+def _measure_kv(N, d, h, h_kv, b):  # 建一个模型去量：数对，但绕过了推导
+    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}.get(b, torch.float32)
+    model = make_lm(LMConfig(30, d_model=d, n_heads=h, n_kv_heads=h_kv, n_layers=N, d_ff=16, max_len=16)).to(dtype)
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.randint(4, 30, (1, 2)), cache=cache)
+    return cache.nbytes() // 2
+
+
 KV = Case(check_kv_bytes_per_token, ref_kv_bytes_per_token, returns="int", wrong=[
     Wrong("hard_coded", lambda N, d, h, h_kv, b: 1024),
+    Wrong("builds_a_model", _measure_kv, key="library_call"),
     Wrong("n_heads", lambda N, d, h, h_kv, b: 2 * N * d * b, key="n_heads"),
     Wrong("k_only", lambda N, d, h, h_kv, b: N * h_kv * (d // h) * b, key="k_only"),
     Wrong("one_layer", lambda N, d, h, h_kv, b: 2 * h_kv * (d // h) * b, key="one_layer"),
@@ -100,6 +111,9 @@ def _swiglu_two(c):
 
 PARAMS = Case(check_lm_param_count, ref_lm_param_count, returns="int", wrong=[
     Wrong("hard_coded", lambda c: 1_234_567),
+    Wrong("counts_a_model", lambda c: count_parameters(make_lm(c)), key="library_call"),
+    Wrong("sums_numel", lambda c: sum(p.numel() for p in dict(DecoderOnlyLM(c).named_parameters()).values()),
+          key="library_call"),
     Wrong("tied_twice", _tied_twice, key="tied_twice"),
     Wrong("gqa_full_kv", _full_kv, key="gqa_full_kv"),
     Wrong("swiglu_two", _swiglu_two, key="swiglu_two"),

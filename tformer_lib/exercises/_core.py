@@ -33,15 +33,19 @@
 3. 检查函数里直接 ``raise Mistake("提示", key="...")`` 报告读者的错误；``compare`` 把读者的输出与参考答案比较，
    不一致时若恰好等于某个“已知错误写法”（:class:`Variant`）的输出，就用那个错误的提示；
 4. 读者返回的对象（模块、闭包）要再调用时，放在 ``with student_code():`` 里，它抛的异常才算读者的；
-5. 检查器运行时不改变全局随机状态（``run_checks`` 已经负责：torch、``random``、NumPy 的全局状态都原样恢复），
+5. 找错、实现之类“答案就在库里”的题，把那些库函数/类传给 ``run_checks(..., forbidden=…)``：靠直接调用答案通过的函数
+   得到 ❌（``mistake == "library_call"``），而不是 ✅；
+6. 检查器运行时不改变全局随机状态（``run_checks`` 已经负责：torch、``random``、NumPy 的全局状态都原样恢复），
    并且每次运行结果相同（检查开始前固定 torch 的种子）。
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import random
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,6 +182,58 @@ def _isolated_rng(seed: int = 0) -> Iterator[None]:
                 np.random.set_state(np_state)
 
 
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` 以及嵌在里面的所有代码对象（内部函数、lambda、推导式）。"""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def library_calls(fn: Callable[..., Any], forbidden: Sequence[Any]) -> list[str]:
+    """读者的函数（及它调用的、读者自己在同一笔记本里写的函数）直接用到了 ``forbidden`` 里的哪些库对象。
+
+    静态地看函数的代码：它用到的每个名字，若在读者的全局变量里就是一个禁用对象（``from tformer_lib import
+    causal_mask`` 之后调用 ``causal_mask``），或者与禁用对象同名、又不是读者自己定义的东西（``tformer_lib.causal_mask``、
+    函数体里的 ``from … import``），就算“直接调用了库”。返回这些对象的全名（``模块.名字``），没有就是空列表。
+    """
+    targets = {id(obj): obj for obj in forbidden}
+    names = {getattr(obj, "__name__", None): obj for obj in forbidden}
+    found: dict[str, None] = {}
+    seen: set[int] = set()
+    stack = [inspect.unwrap(fn)] if callable(fn) else []
+    while stack:
+        f = stack.pop()
+        code, env = getattr(f, "__code__", None), getattr(f, "__globals__", {})
+        if code is None or id(code) in seen:
+            continue
+        seen.add(id(code))
+        closure = {n: c.cell_contents for n, c in zip(code.co_freevars, getattr(f, "__closure__", None) or ())
+                   if _cell_filled(c)}
+        for c in _code_objects(code):
+            for name in c.co_names + c.co_freevars:
+                obj = closure.get(name, env.get(name, None))
+                if id(obj) in targets:
+                    found[_full_name(obj)] = None
+                elif name in names and (obj is None or isinstance(obj, types.ModuleType)):
+                    found[_full_name(names[name])] = None
+                elif isinstance(obj, types.FunctionType) and obj.__globals__ is env:
+                    stack.append(obj)  # 读者自己写的辅助函数：也看进去
+    return list(found)
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _full_name(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', getattr(obj, '__name__', repr(obj)))}"
+
+
 def _failed(title: str, desc: str, hint: str, key: str, done: list[str]) -> CheckResult:
     return CheckResult(title, FAILED, f"❌ 未通过：{title}（检查“{desc}”）\n   提示：{hint}", hint, key, list(done))
 
@@ -188,6 +244,7 @@ def run_checks(
     checks: Sequence[tuple[str, Callable[[Callable[..., Any]], None]]],
     *,
     verbose: bool = True,
+    forbidden: Sequence[Any] = (),
 ) -> CheckResult:
     """依次运行 ``checks``（每项是 ``(说明, 检查函数)``，检查函数接收被包装过的读者函数），打印并返回结论。
 
@@ -196,6 +253,10 @@ def run_checks(
     - 检查函数抛 :class:`Mistake` → “❌” + 它的提示；抛 ``AssertionError`` → “❌” + 断言信息；
     - 读者函数自己抛出其他异常 → “❌” + 异常类型与信息（不打印回溯，输出保持稳定）；
     - 检查器自己的代码出错 → “⚠️ 检查器出错”（``status == "error"``），提示里说明这不一定是读者的错。
+
+    - ``forbidden``：本题要读者自己写出来的库函数或类（例如找错题的正确版本就是库里的某个函数）；
+      读者的函数全部检查都通过、但直接调用了其中之一（:func:`library_calls`）→ “❌”（``mistake == "library_call"``）。
+      桩仍然是 ⏳，写错的仍按写错报告——只有“靠调用答案通过”才被拦下。
 
     任何情况下都不抛异常（``fn`` 不是函数时也只打印 ❌）。
     """
@@ -230,6 +291,12 @@ def run_checks(
         if result is not None:
             break
         done.append(desc)
+    used = library_calls(fn, forbidden) if result is None and forbidden else []
+    if used:
+        shown = "、".join(f"`{u}`" for u in used)
+        hint = (f"结果是对的，但你的函数直接调用了库里的 {shown}——这道题要你自己写出它做的事"
+                "（那个库函数就是答案）。只用 torch 的基本运算重写一遍，再运行本单元")
+        result = _failed(title, "没有直接调用本章给出的库实现", hint, "library_call", done)
     if result is None:
         result = CheckResult(title, PASSED, f"✅ 通过：{title}（{len(done)} 项检查全部通过）", checks_passed=done)
     if verbose:

@@ -195,7 +195,10 @@ def check_pad_batch(fn: Callable[[list[list[int]]], tuple[torch.Tensor, torch.Te
         for seqs in _pad_cases():
             _pad_one(f, seqs)
 
-    return run_checks("练习 3 补齐批次与填充掩码", fn, [("几组随机批次（含特殊词元、最长句不在最前）", all_cases)])
+    from tformer_lib.data.batching import make_batch, pad_sequences
+
+    return run_checks("练习 3 补齐批次与填充掩码", fn, [("几组随机批次（含特殊词元、最长句不在最前）", all_cases)],
+                      forbidden=(pad_sequences, make_batch))
 
 
 # ---- 练习 4：训练句越多，未登录词越少（动手实验）------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from tformer_lib.attention import scaled_dot_product_attention
+from tformer_lib.attention import fast_scaled_dot_product_attention, scaled_dot_product_attention
 from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,
@@ -143,6 +143,11 @@ def check_unit_variance_scale(fn: Callable[..., Any], *, verbose: bool = True) -
 # ---- 练习（找错）：只在方阵上看不出来的错 ---------------------------------------------------------------
 
 
+#: 找错题的答案就是这些库函数：读者的函数调用它们就不算自己改对了
+_ATTENTION_ANSWERS = (scaled_dot_product_attention, fast_scaled_dot_product_attention,
+                      torch.nn.functional.scaled_dot_product_attention)
+
+
 def buggy_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """一个有一处错误的缩放点积注意力（第 3 章“找错”练习用，不要在别处使用）。
 
@@ -202,7 +207,7 @@ def check_fixed_attention(fn: Callable[..., Any], *, verbose: bool = True) -> Ch
     return run_checks("找错：缩放点积注意力", fn, [
         ("T = d_k 的方阵输入", square),
         ("T ≠ d_k、带批量维与头维的随机输入", rectangular),
-    ], verbose=verbose)
+    ], verbose=verbose, forbidden=_ATTENTION_ANSWERS)
 
 
 # ---- 练习：不构造雅可比矩阵的 softmax 反向传播 ---------------------------------------------------------

@@ -12,13 +12,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from tformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
+from tformer_lib.attention import MultiHeadAttention, fast_scaled_dot_product_attention, scaled_dot_product_attention
 from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,
@@ -112,7 +113,10 @@ def check_fixed_masked_attention(fn: Callable[..., Any], *, verbose: bool = True
             T_k = T_q if i % 2 == 0 else T_q + 2
             one(f, B, h, T_q, T_k, d_k, d_v, seed=81 + i)
 
-    return run_checks("找错：带掩码的注意力", fn, [("随机尺寸上的填充、因果与随机掩码", cases)], verbose=verbose)
+    answers = (scaled_dot_product_attention, fast_scaled_dot_product_attention,
+               torch.nn.functional.scaled_dot_product_attention, MultiHeadAttention)
+    return run_checks("找错：带掩码的注意力", fn, [("随机尺寸上的填充、因果与随机掩码", cases)], verbose=verbose,
+                      forbidden=answers)
 
 
 # ---- 找错 2：拼接各头 -------------------------------------------------------------------------------------
@@ -136,6 +140,23 @@ def buggy_mha_forward(mha: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
     return mha.w_o(concat)  # (B, T, d_model)
 
 
+@contextlib.contextmanager
+def _answers_locked(mha: MultiHeadAttention) -> Iterator[None]:
+    """读者的函数运行期间，``mha(...)``、``mha.forward`` 与 ``mha.merge_heads`` 本身就是答案：调用它们报 ❌。"""
+
+    def locked(name: str):
+        def call(*args: Any, **kwargs: Any) -> Any:
+            raise Mistake(f"你的函数调用了 mha.{name}——它本身就是答案。只用 mha.w_q/w_k/w_v/w_o 与张量运算，"
+                          "把上面那段代码改正", key="library_call")
+        return call
+
+    mha.forward, mha.merge_heads = locked("forward（即 mha(...)）"), locked("merge_heads")
+    try:
+        yield
+    finally:
+        del mha.forward, mha.merge_heads
+
+
 def check_fixed_mha_forward(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """检查改好的 ``fn(mha, x)`` 是否等于 ``mha(x, x, x)``（随机的 d_model、头数、批大小与长度）。"""
 
@@ -146,8 +167,9 @@ def check_fixed_mha_forward(fn: Callable[..., Any], *, verbose: bool = True) -> 
         x = torch.randn(B, T, d_model, generator=generator(seed), dtype=torch.float64)
         call = f"fixed_mha_forward(MultiHeadAttention({d_model}, {h}), x {tuple(x.shape)})"
         with torch.no_grad():
-            got = f(mha, x.clone())
             ref = mha(x, x, x)
+            with _answers_locked(mha):
+                got = f(mha, x.clone())
             q, k, v = (mha.split_heads(lin(x)) for lin in (mha.w_q, mha.w_k, mha.w_v))  # (B, h, T, d_k)
             out, _ = scaled_dot_product_attention(q, k, v)  # (B, h, T, d_k)
             compare(got, ref, what=f"{call} 的输出", variants=[

@@ -133,6 +133,18 @@ def check_fixed_grouped_attention(fn: Callable[..., Any], *, verbose: bool = Tru
 _DTYPES = ((torch.float32, 4), (torch.float64, 8), (torch.bfloat16, 2))
 
 
+def _model_answers() -> tuple:
+    """推导题要读者从配置算出来：建一个模型再去量（或数参数）就绕过了推导，检查器不收。"""
+    from tformer_lib.costs import kv_cache_bytes, kv_cache_bytes_per_token as enc_dec_kv_bytes_per_token
+    from tformer_lib.lm import DecoderOnlyLM, LMCache
+    from tformer_lib.memory import parameter_count
+    from tformer_lib.model import count_parameters
+    from tformer_lib.modern_variants import kv_cache_bytes_per_token
+
+    return (make_lm, DecoderOnlyLM, LMCache, count_parameters, parameter_count, kv_cache_bytes_per_token,
+            enc_dec_kv_bytes_per_token, kv_cache_bytes)
+
+
 def check_kv_bytes_per_token(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """检查 ``fn(n_layers, d_model, n_heads, n_kv_heads, bytes_per_value) -> int``：K/V 缓存每个词元占的字节数，
     与真实模型的 :class:`~tformer_lib.lm.LMCache` 量出的 ``nbytes()`` 比较。"""
@@ -173,7 +185,8 @@ def check_kv_bytes_per_token(fn: Callable[..., Any], *, verbose: bool = True) ->
         if pending is not None:
             raise pending
 
-    return run_checks("K/V 缓存每个词元的字节数", fn, [("6 个随机配置与数据类型，量真实的缓存", cases)], verbose=verbose)
+    return run_checks("K/V 缓存每个词元的字节数", fn, [("6 个随机配置与数据类型，量真实的缓存", cases)], verbose=verbose,
+                      forbidden=_model_answers())
 
 
 # ---- 推导并核对：任意配置的参数量 ----------------------------------------------------------------------------
@@ -236,4 +249,4 @@ def check_lm_param_count(fn: Callable[..., Any], *, verbose: bool = True) -> Che
                           "每块 2 个归一化，再加嵌入、位置与输出层", key="values")
 
     return run_checks("语言模型的参数量", fn, [("10 个随机配置（GQA、SwiGLU、RMSNorm、RoPE、共享与否）", cases)],
-                      verbose=verbose)
+                      verbose=verbose, forbidden=_model_answers())
