@@ -110,3 +110,38 @@ def test_speculative_figure_shows_measurement_beside_the_formula(render):
         plot_speculative({"rows": []})
     with pytest.raises(ValueError, match="缺"):
         plot_speculative({"rows": [{"k": 1}]})
+
+
+def _tiny_lm():
+    return make_lm(LMConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=32)).eval()
+
+
+def test_block_table_explorer_steps_through_a_real_engine():
+    from tformer_lib.widgets.explorer import CHAPTER_FRAME_BUDGET
+    from tformer_lib.widgets.serving import block_table_explorer, block_table_states
+
+    prompt = [5, 6, 7, 8, 9, 10]
+    requests = [(prompt, 8), ([11, 12], 2), (prompt + [13], 4), (prompt[:5] + [20], 3)]
+    states = block_table_states(_tiny_lm(), requests, max_batch=2, block_size=2)
+    assert states[-1]["finished"] == [0, 1, 2, 3] and states[-1]["held_bytes"] == 0
+    assert any(max(s["snapshot"]["ref_count"]) > 1 for s in states)  # 后来的同前缀请求共用了块
+    assert states == block_table_states(_tiny_lm(), requests, max_batch=2, block_size=2)  # 只由长度决定，逐帧相同
+    ex = block_table_explorer(_tiny_lm(), requests, max_batch=2, block_size=2, max_frames=5)
+    assert len(ex.frames) == len(ex.states) == 5 and ex.link is not None
+    assert len({bytes(f.value) for f in ex.frames}) == 5
+    assert ex.frame_bytes() * 1.34 < CHAPTER_FRAME_BUDGET / 4
+    with pytest.raises(ValueError, match="requests 为空"):
+        block_table_states(_tiny_lm(), [])
+
+
+def test_slot_timeline_explorer_has_one_frame_per_max_batch():
+    from tformer_lib.widgets.serving import slot_timeline_explorer
+
+    requests = [([5 + i % 3, 6], n) for i, n in enumerate((2, 9, 3, 7, 4, 2, 8))]
+    ex = slot_timeline_explorer(_tiny_lm(), requests, (1, 2, 4))
+    assert len(ex.frames) == 3 and ex.controls["max_batch"].value == 2
+    assert len({bytes(f.value) for f in ex.frames}) == 3
+    one = ex.timelines[1]
+    assert slot_utilization(one["static"], 1)["utilization"] == 1.0  # 一个槽位时两种调度一样
+    with pytest.raises(ValueError, match="value"):
+        slot_timeline_explorer(_tiny_lm(), requests, (1, 2), value=3)

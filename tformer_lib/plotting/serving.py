@@ -293,7 +293,7 @@ def plot_block_table(state, *, title: str | None = None, columns: int | None = N
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(width_blocks, 2) + 2.5, columns]})
     # 左：每条序列的块表
     for row, s in enumerate(seqs):
-        left.text(-0.3, row, f"序列 {s}（{lengths.get(s, 0)} 位）", ha="right", va="center", fontsize=8)
+        left.text(-0.6, row, f"序列 {s}（{lengths.get(s, 0)} 位）", ha="right", va="center", fontsize=8)
         for i, b in enumerate(tables[s]):
             filled = min(size, max(0, lengths.get(s, 0) - i * size)) / size
             is_shared = refs[b] > 1
