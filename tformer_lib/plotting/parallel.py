@@ -16,7 +16,8 @@ import numpy as np
 
 from tformer_lib.plotting._common import blank_figure, new_figure
 
-__all__ = ["plot_pipeline_timeline", "plot_zero_memory", "plot_comm_volume", "ZERO_PART_LABELS"]
+__all__ = ["plot_pipeline_timeline", "plot_pipeline_schedules", "plot_zero_memory", "plot_comm_volume",
+           "ZERO_PART_LABELS"]
 
 _F_COLOR, _B_COLOR, _IDLE_COLOR = "#4c72b0", "#dd8452", "#eeeeee"
 #: ZeRO 账本三项的中文名
@@ -98,6 +99,25 @@ def plot_pipeline_timeline(events, *, title: str | None = None, time_unit: str =
     if title:
         fig.suptitle(title, fontsize=11)
     return fig
+
+
+def plot_pipeline_schedules(stages: int = 4, micro_batches: int = 8, *, schedules: Sequence[str] = ("gpipe", "1f1b"),
+                            backward_time: float = 2.0, title: str | None = None):
+    """同样 p 段、m 个微批的理想调度上下并排（默认 GPipe 与 1F1B，反向耗时 = 2 × 前向）。
+
+    每条的标题写着空闲比例和第 0 段同时在飞的微批数的峰值（要存几份激活）；总标题写出公式 (p−1)/(m+p−1) 的值。
+    """
+    from tformer_lib.parallel.pipeline import bubble_fraction
+    from tformer_lib.parallel.schedule import ideal_schedule, peak_in_flight
+
+    names = {"gpipe": "GPipe", "1f1b": "1F1B"}
+    panels = {}
+    for sch in schedules:
+        events = ideal_schedule(sch, stages, micro_batches, backward_time=backward_time)
+        panels[f"{names.get(sch, sch)}（第 0 段最多 {peak_in_flight(events)[0]} 个微批在飞）"] = events
+    bubble = bubble_fraction(stages, micro_batches)
+    return plot_pipeline_timeline(panels, title=title or (f"p = {stages} 段、m = {micro_batches} 个微批："
+                                                         f"气泡 (p−1)/(m+p−1) = {bubble:.1%}"))
 
 
 def plot_zero_memory(n_params: int, world_size: int, *, measured: Mapping[str, float] | None = None,

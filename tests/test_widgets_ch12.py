@@ -1,0 +1,44 @@
+"""第 12 章的探索器：流水线调度（静态滑块 = 微批数 m）与 ZeRO 显存（静态滑块 = 进程数 p）——每档一帧、jslink 换帧、帧小。"""
+
+import ipywidgets as widgets
+import pytest
+
+from tformer_lib.widgets import CHAPTER_FRAME_BUDGET, figure_to_png
+from tformer_lib.widgets.parallel import PIPELINE_MICRO_BATCHES, pipeline_schedule_explorer, zero_memory_explorer
+
+PNG = b"\x89PNG"
+
+
+def _check_static(ex, static, values):
+    ctl = ex.controls[static]
+    assert ex.static == static and ex._option_values() == values
+    pngs = [bytes(f.value) for f in ex.frames]
+    assert len(pngs) == len(values) and all(p.startswith(PNG) for p in pngs) and len(set(pngs)) == len(pngs)
+    assert ex.link.source == (ctl, "index") and ex.link.target == (ex.stack, "selected_index")
+    i = (ctl.index + 1) % len(values)
+    assert pngs[i] == figure_to_png(ex.figure(**{static: values[i]}), colors=256)
+    assert ex.frame_bytes() * 1.34 <= CHAPTER_FRAME_BUDGET / 4, ex.frame_bytes()  # 两个加起来不到一章预算的一半
+    return pngs
+
+
+def test_pipeline_explorer_frames_per_micro_batch_count():
+    ex = pipeline_schedule_explorer()
+    _check_static(ex, "micro_batches", list(PIPELINE_MICRO_BATCHES))
+    assert ex.figure().texts[0].get_text() == "p = 4 段、m = 8 个微批：气泡 (p−1)/(m+p−1) = 27.3%"
+    ex.update(stages=2)  # 非静态控件：Jupyter 里当前帧重画
+    assert ex.status.value == "" and bytes(ex.image.value) == figure_to_png(ex.figure(), colors=256)
+    assert "1F1B（第 0 段最多 2 个微批在飞）" in ex.figure().axes[1].get_title()
+    assert pipeline_schedule_explorer(micro_batches=3)._option_values() == [1, 2, 3, 4, 8, 16]
+
+
+def test_zero_explorer_frames_per_world_size_with_measured_at_its_size():
+    measured = {"parameters": 400.0, "gradients": 400.0, "optimizer": 800.0}
+    ex = zero_memory_explorer(200, measured=measured)
+    _check_static(ex, "world_size", [1, 2, 4, 8, 16, 64])
+    labels = lambda fig: [t.get_text() for t in fig.axes[0].get_yticklabels()]  # noqa: E731
+    assert labels(ex.figure())[-1] == "FSDP2 实测"  # p = 2 = 实测时的进程数
+    assert "FSDP2 实测" not in labels(ex.figure(world_size=4))
+    assert "FSDP2 实测" not in labels(ex.figure(precision="mixed"))
+    ex.update(precision="mixed")
+    assert ex.status.value == ""
+    assert isinstance(ex.controls["precision"], widgets.ToggleButtons)
