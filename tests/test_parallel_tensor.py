@@ -1,7 +1,7 @@
 """张量并行（2 个进程，gloo）：手写的 Megatron 切法（注意力按头、FFN 列切→行切，各一次 all-reduce）与
-PyTorch 的 ColwiseParallel/RowwiseParallel，都与不切的块一致。
+PyTorch 的 ColwiseParallel/RowwiseParallel（只切 FFN，或注意力与 FFN 都切），都与不切的块一致。
 
-容差：输出与梯度 ≤ 1e-6；手写版 SGD 训练 3 步后的损失相对 1e-6、参数 ≤ 1e-6（实测约 1e-8）。
+容差：输出与梯度 ≤ 1e-6；SGD 训练 6 步后损失相对 1e-6、参数 ≤ 1e-6（实测约 3e-8）。
 """
 
 import pytest
@@ -16,12 +16,13 @@ from tformer_lib.parallel.tensor_parallel import (
     TensorParallelAttention,
     TensorParallelFFN,
     gather_manual_params,
+    torch_parallelize_attention,
     tp_grad_worker,
     tp_train_worker,
     train_single_block,
 )
 
-STEPS, LR = 3, 0.1
+STEPS, LR = 6, 0.1
 
 
 def _problem(activation):
@@ -30,18 +31,21 @@ def _problem(activation):
     return block, torch.randn(3, 5, 16), torch.randn(3, 5, 16), causal_mask(5)
 
 
+def _assert_same_training(ref, res, params):
+    assert res[0]["losses"] == res[1]["losses"]  # all-reduce 之后每个进程的输出相同
+    assert ref["losses"] == pytest.approx(res[0]["losses"], rel=1e-6)
+    assert ref["losses"][-1] < ref["losses"][0]
+    assert sorted(params) == sorted(ref["params"])
+    for name, value in ref["params"].items():
+        assert torch.allclose(params[name], value, atol=1e-6, rtol=0), name
+
+
 @pytest.mark.parametrize("activation", ["gelu", "swiglu"])
 def test_manual_megatron_split_trains_like_the_unsplit_block(activation):
     block, x, target, mask = _problem(activation)
     ref = train_single_block(block, x, target, mask, STEPS, LR)
     res = launch(tp_train_worker, 2, ("manual", block, x, target, mask, STEPS, LR), timeout=150)
-    assert res[0]["losses"] == res[1]["losses"]  # all-reduce 之后每个进程的输出相同
-    assert ref["losses"] == pytest.approx(res[0]["losses"], rel=1e-6)
-    assert ref["losses"][-1] < ref["losses"][0]
-    params = gather_manual_params([r["params"] for r in res])
-    assert sorted(params) == sorted(ref["params"])
-    for name, value in ref["params"].items():
-        assert torch.allclose(params[name], value, atol=1e-6, rtol=0), name
+    _assert_same_training(ref, res, gather_manual_params([r["params"] for r in res]))
     # 通信量：每步前向 2 次 + 反向 2 次 all-reduce，每次 (B, T, d_model)——与参数量无关
     # （x 是数据、不需要梯度，所以注意力入口的反向 all-reduce 不发生：3 次而不是 4 次）
     assert res[0]["bytes_per_step"] == tensor_parallel_payload(*x.shape, n_blocks=1, input_requires_grad=False)
@@ -49,17 +53,34 @@ def test_manual_megatron_split_trains_like_the_unsplit_block(activation):
     assert res[0]["params"]["attn.w_q.weight"].shape == (8, 16) and res[0]["params"]["ffn.w_1.weight"].shape == (16, 16)
 
 
-def test_torch_tensor_parallel_ffn_matches_the_unsplit_block():
+@pytest.mark.parametrize(("mode", "activation"), [("torch", "gelu"), ("torch_block", "gelu"), ("torch_block", "swiglu")])
+def test_torch_tensor_parallel_trains_like_the_unsplit_block(mode, activation):
+    """≥ 5 步：曾经从第 2 步起偏离（spawn 传来的参数在两个进程间共享内存，见 tensor_parallel 模块说明）。"""
+    block, x, target, mask = _problem(activation)
+    before = {k: v.clone() for k, v in block.state_dict().items()}
+    ref = train_single_block(block, x, target, mask, STEPS, LR)
+    res = launch(tp_train_worker, 2, (mode, block, x, target, mask, STEPS, LR), timeout=150)
+    for r in res:
+        _assert_same_training(ref, res, r["params"])
+    # worker 训练的是私有副本：父进程的 block 没有被子进程原地改掉
+    for name, value in block.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+@pytest.mark.parametrize("mode", ["torch", "torch_block"])
+def test_torch_tensor_parallel_matches_the_unsplit_block_output_and_gradients(mode):
     block, x, target, mask = _problem("gelu")
     model = ResidualBlock(MultiHeadAttention(16, 4), PositionwiseFeedForward(16, 32, activation="gelu"))
     model.load_state_dict(block.state_dict())
     out = model(x, mask)
     torch.nn.functional.mse_loss(out, target).backward()
-    res = launch(tp_grad_worker, 2, ("torch", block, x, target, mask), timeout=150)
+    res = launch(tp_grad_worker, 2, (mode, block, x, target, mask), timeout=150)
     for r in res:
         assert torch.allclose(r["out"], out.detach(), atol=1e-6)
         for name, p in model.named_parameters():
             assert torch.allclose(r["grads"][name], p.grad, atol=1e-6), name
+    if mode == "torch_block":  # 每个进程只算自己的 h/p = 2 个头
+        assert res[0]["local_weights_shape"] == (3, 2, 5, 5)
 
 
 def test_shapes_that_do_not_divide_are_rejected():
@@ -71,3 +92,18 @@ def test_shapes_that_do_not_divide_are_rejected():
         TensorParallelAttention(MultiHeadAttention(8, 4, n_kv_heads=2), 0, 2)
     with pytest.raises(TypeError, match="ffn 应是 PositionwiseFeedForward"):
         TensorParallelFFN(torch.nn.Linear(2, 2), 0, 2)
+
+
+def test_torch_attention_split_rejects_what_dtensor_cannot_run():
+    with pytest.raises(ValueError, match="n_heads=2 不能被进程数 world_size=4 整除"):
+        torch_parallelize_attention(MultiHeadAttention(8, 2), 4)
+    with pytest.raises(ValueError, match="fast=True"):
+        torch_parallelize_attention(MultiHeadAttention(8, 4, fast=True), 2)
+    with pytest.raises(ValueError, match="n_kv_heads=2"):
+        torch_parallelize_attention(MultiHeadAttention(8, 4, n_kv_heads=2), 2)
+    with pytest.raises(ValueError, match="rope=True"):
+        torch_parallelize_attention(MultiHeadAttention(8, 4, rope=True), 2)
+    with pytest.raises(TypeError, match="attn 应是 MultiHeadAttention"):
+        torch_parallelize_attention(torch.nn.Linear(2, 2), 2)
+    with pytest.raises(ValueError, match="mode 应是"):
+        tp_grad_worker(0, 2, "megatron", *_problem("gelu"))

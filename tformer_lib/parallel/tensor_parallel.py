@@ -11,8 +11,15 @@
 前向一次 all-reduce 的“镜像”在反向：输入 x 的梯度是各进程部分梯度之和，所以入口处要在反向时 all-reduce
 （Megatron 论文的 f / g 两个算子：:class:`CopyToParallel` / :class:`ReduceFromParallel`）。
 
-同一个切法也用 PyTorch 的 ``torch.distributed.tensor.parallel`` 写一遍（``ColwiseParallel``/``RowwiseParallel``，
-:func:`torch_parallelize_ffn`）；测试证明两者都与不切的模块训练 k 步后一致。
+同一个切法也用 PyTorch 的 ``torch.distributed.tensor.parallel`` 写一遍（``ColwiseParallel``/``RowwiseParallel``：
+FFN 用 :func:`torch_parallelize_ffn`，注意力用 :func:`torch_parallelize_attention`）；测试证明两者都与不切的模块
+训练 k 步后一致（SGD 6 步，参数差 ≤ 1e-6，实测约 3e-8）。
+
+一个坑（它曾让 PyTorch 路径从第 2 步起偏离 ~1e-2）：``spawn`` 出来的进程收到的参数张量（``launch`` 的 ``args``）
+经 ``torch.multiprocessing`` 放进**共享内存**——两个进程拿到的是同一块存储。谁原地更新它（``optimizer.step()``），
+另一个进程的“副本”也跟着变，于是复制的参数（不切的注意力、``Replicate`` 的偏置 b_2）每步被更新 p 次，且两个进程
+读写交错、每次运行结果不同；分片的参数是新分配的内存，不受影响，所以只有第一步（更新之前）一致。worker 里先
+:func:`private_copy` 一份再用。
 """
 
 from __future__ import annotations
@@ -27,8 +34,11 @@ from ..feedforward import PositionwiseFeedForward
 from .comm import record, recording
 
 __all__ = ["CopyToParallel", "ReduceFromParallel", "column_shard", "row_shard", "TensorParallelFFN",
-           "TensorParallelAttention", "ResidualBlock", "torch_parallelize_ffn", "tp_train_worker", "tp_grad_worker", "train_single_block",
-           "gather_manual_params"]
+           "TensorParallelAttention", "ResidualBlock", "torch_parallelize_ffn", "torch_parallelize_attention",
+           "private_copy", "tp_train_worker", "tp_grad_worker", "train_single_block", "gather_manual_params", "TP_MODES"]
+
+#: 张量并行的写法："manual" 手写切注意力与 FFN；"torch" 只把 FFN 交给 PyTorch；"torch_block" 注意力与 FFN 都交给 PyTorch
+TP_MODES = ("manual", "torch", "torch_block")
 
 
 class CopyToParallel(torch.autograd.Function):
@@ -169,29 +179,85 @@ def torch_parallelize_ffn(ffn: PositionwiseFeedForward, world_size: int) -> Posi
     return parallelize_module(ffn, mesh, plan)
 
 
+def torch_parallelize_attention(attn: MultiHeadAttention, world_size: int) -> MultiHeadAttention:
+    """注意力的同一个切法交给 PyTorch：``w_q``/``w_k``/``w_v`` ``ColwiseParallel``（按列切 = 每个进程 h/p 个头），
+    ``w_o`` ``RowwiseParallel``（输入按最后一维切，输出一次 all-reduce）。原地改造 ``attn``，模块代码一行不改。
+
+    难点在形状：``MultiHeadAttention`` 按 ``n_heads``、``d_model`` 拆头与拼头（``view(B, T, h, d_k)``）。若像 FFN
+    那样让 Colwise 交回本地张量（``use_local_output=True``），本地只有 d_model/p 列，拆成 h 个头就错了。这里改让
+    Q/K/V 保持 ``DTensor``（``use_local_output=False``，布局 ``Shard(-1)``）：模块看到的是**全局**形状，
+    ``view``/``transpose`` 由 DTensor 把“切在最后一维”换算成“切在头那一维”，每个进程实际只算自己的 h/p 个头
+    （``attn.attn_weights`` 是 ``DTensor``，本地形状 ``(B, h/p, T_q, T_k)``，``full_tensor()`` 拼回完整的）。
+    为此进入模块前把 query/key/value/mask 都包成 ``Replicate`` 的 DTensor（前向预钩子，作用同
+    ``PrepareModuleInput``，但也接受 ``mask=None``）；它在反向把各进程对输入的部分梯度 all-reduce 求和（Megatron 的 f）。
+
+    只支持显式路径的普通多头自注意力（``fast=False``、``n_kv_heads = n_heads``、不用 RoPE、dropout 为 0）：
+    torch 2.13 的 DTensor 在 CPU 上没有 SDPA 快速路径可用，RoPE 的 cos/sin 是普通张量，不能与 DTensor 混算。
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    if not isinstance(attn, MultiHeadAttention):
+        raise TypeError(f"attn 应是 MultiHeadAttention，收到 {type(attn).__name__}")
+    if attn.n_kv_heads != attn.n_heads or attn.rope or attn.fast or attn.dropout.p != 0:
+        raise ValueError("torch_parallelize_attention 只支持显式路径的普通多头注意力（fast=False、n_kv_heads = n_heads、"
+                         f"不用 RoPE、dropout=0），收到 fast={attn.fast}、n_kv_heads={attn.n_kv_heads}、"
+                         f"n_heads={attn.n_heads}、rope={attn.rope}、dropout={attn.dropout.p}")
+    _chunk(attn.n_heads, "n_heads", 0, world_size)
+    device = next(attn.parameters()).device.type
+    mesh = init_device_mesh(device, (world_size,))
+    plan = {name: ColwiseParallel(use_local_output=False) for name in ("w_q", "w_k", "w_v")}  # 输出 Shard(-1)
+    plan["w_o"] = RowwiseParallel(input_layouts=Shard(-1))  # 输出 Replicate，交回本地张量
+
+    def replicate(value):
+        if isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
+            return DTensor.from_local(value, mesh, (Replicate(),), run_check=False)  # 每个进程都有完整的一份
+        return value
+
+    def to_dtensors(module, args, kwargs):
+        return tuple(replicate(a) for a in args), {k: replicate(v) for k, v in kwargs.items()}
+
+    attn = parallelize_module(attn, mesh, plan)
+    attn.register_forward_pre_hook(to_dtensors, with_kwargs=True)
+    return attn
+
+
+def private_copy(module: nn.Module) -> nn.Module:
+    """worker 收到的模块的私有副本：``spawn`` 传来的张量在进程间共享内存，原地训练它会改到别的进程的参数。"""
+    import copy
+
+    return copy.deepcopy(module)
+
+
+def _split_block(block: ResidualBlock, mode: str, rank: int, world_size: int) -> ResidualBlock:
+    block = private_copy(block)
+    if mode == "manual":
+        return ResidualBlock(TensorParallelAttention(block.attn, rank, world_size),
+                             TensorParallelFFN(block.ffn, rank, world_size))
+    if mode == "torch":
+        return ResidualBlock(block.attn, torch_parallelize_ffn(block.ffn, world_size))
+    if mode == "torch_block":
+        return ResidualBlock(torch_parallelize_attention(block.attn, world_size),
+                             torch_parallelize_ffn(block.ffn, world_size))
+    raise ValueError(f"mode 应是 {TP_MODES} 之一，收到 {mode!r}")
+
+
 def _full(param) -> torch.Tensor:
     return (param.full_tensor() if hasattr(param, "full_tensor") else param).detach().clone()
 
 
 def tp_train_worker(rank: int, world_size: int, mode: str, block: ResidualBlock, x: torch.Tensor,
                     target: torch.Tensor, mask, steps: int, lr: float) -> dict:
-    """每个进程里：把 ``block`` 切开（``mode="manual"`` 手写切 attn 与 ffn；``"torch"`` 只把 ffn 交给 PyTorch 的 TP），
-    用同一批数据、均方误差、SGD 训练 ``steps`` 步。返回损失与本进程持有的参数（``"torch"`` 时是拼好的完整参数）。
+    """每个进程里：把 ``block`` 的私有副本切开（``mode`` 见 :data:`TP_MODES`），用同一批数据、均方误差、SGD 训练
+    ``steps`` 步。返回损失与本进程持有的参数（PyTorch 路径是拼好的完整参数；手写路径是本进程的分片）。
 
     用 SGD 而不是 AdamW：W^K 的偏置的真实梯度恒为 0（softmax 对每个键加同一个 q·b_k 不变），两条路径只剩 1e-9
     量级的舍入噪声，AdamW 的归一化会把噪声放大成 ±lr 的更新，比较就失去意义。
 
-    已知问题（2026-12-01，torch 2.13 CPU/gloo）：``"torch"`` 路径第一步的输出与梯度与不切的块逐位一致，但
-    ``optimizer.step()`` 之后第二步起损失偏离（~2e-2，且每次运行不同），测试只核对一步。线索：先建优化器再反向时，
-    读到的 attn 梯度（它们经 ColwiseParallel 入口把 Partial 梯度 all-reduce 成 Replicate，一个异步的 functional
-    collective）时对时错，而更新后的参数却与参照相同——像是异步 all-reduce 还没等完就被读了（gloo/CPU）。待查。"""
-    if mode == "manual":
-        model = ResidualBlock(TensorParallelAttention(block.attn, rank, world_size),
-                              TensorParallelFFN(block.ffn, rank, world_size))
-    elif mode == "torch":
-        model = ResidualBlock(block.attn, torch_parallelize_ffn(block.ffn, world_size))
-    else:
-        raise ValueError(f"mode 应是 'manual' 或 'torch'，收到 {mode!r}")
+    容差（torch 2.13 CPU/gloo，d_model 16、4 头、SGD lr 0.1、6 步）：三种写法与不切的块损失相对差 ≤ 1e-6、
+    参数差 ≤ 1e-6，实测约 3e-8（求和顺序不同的 float32 舍入）。"""
+    model = _split_block(block, mode, rank, world_size)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
     with recording() as sent:
@@ -208,24 +274,18 @@ def tp_train_worker(rank: int, world_size: int, mode: str, block: ResidualBlock,
 def tp_grad_worker(rank: int, world_size: int, mode: str, block: ResidualBlock, x: torch.Tensor,
                    target: torch.Tensor, mask) -> dict:
     """每个进程里：切开的块做一次前向、反向，返回输出、损失与拼好的完整梯度（``"manual"`` 时是本进程的分片）。"""
-    if mode == "manual":
-        model = ResidualBlock(TensorParallelAttention(block.attn, rank, world_size),
-                              TensorParallelFFN(block.ffn, rank, world_size))
-    elif mode == "torch":
-        model = ResidualBlock(block.attn, torch_parallelize_ffn(block.ffn, world_size))
-    else:
-        raise ValueError(f"mode 应是 'manual' 或 'torch'，收到 {mode!r}")
+    model = _split_block(block, mode, rank, world_size)
     out = model(x, mask)  # (B, T, d_model)
     loss = F.mse_loss(out, target)
     loss.backward()
-    return {"out": out.detach(), "loss": float(loss.detach()), "grads": {k: _full(v.grad) for k, v in model.named_parameters()}}
+    weights = getattr(model.attn, "attn_weights", None)  # PyTorch 路径：DTensor，本地只有本进程的 h/p 个头
+    return {"out": _full(out), "loss": float(loss.detach()), "grads": {k: _full(v.grad) for k, v in model.named_parameters()},
+            "local_weights_shape": tuple(weights.to_local().shape) if hasattr(weights, "to_local") else None}
 
 
 def train_single_block(block: ResidualBlock, x, target, mask, steps: int, lr: float) -> dict:
     """参照：不切的块、同样的数据与优化器。``block`` 不被修改。"""
-    import copy
-
-    model = copy.deepcopy(block)
+    model = private_copy(block)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
