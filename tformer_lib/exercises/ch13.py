@@ -1,0 +1,346 @@
+"""第 13 章（推理服务）练习的检查器，和“找错”题里那段有错的代码。
+
+- :func:`check_paged_cache_bytes`（推导并核对）：几条长度不同的序列放进分页 K/V 缓存，一共占多少字节——
+  与真的 :class:`~tformer_lib.serving.PagedKVCache` 分配出的块比较；
+- :func:`check_linear_intensity`（预测再验证）：批大小为 B 的一个线性层的算术强度（FLOP/字节）——
+  FLOPs 用 ``FlopCounterMode`` 实测，字节数取真实张量的大小；
+- :func:`check_tokens_per_pass_distribution`（推导并核对）：接受率 α、每次猜 k 个时，一次验证产出 n 个词元的概率；
+- :func:`buggy_accept` + :func:`check_accept`（找错）：推测解码的接受规则在第一个分歧之后还接着接受——
+  用读者改好的规则在一个小的随机模型上跑推测解码，逐词元对照只用目标模型的贪心生成。
+
+每个检查器都在多组随机情形上调用读者的函数（写死的答案过不了），接受任何正确的数值类型，
+桩（stub）→ “⏳ 尚未完成”，不抛异常。
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from tformer_lib.exercises._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_int,
+    as_number,
+    as_tensor,
+    compare_number,
+    draw_choice,
+    draw_int,
+    random_cases,
+    run_checks,
+)
+from tformer_lib.lm.config import LMConfig
+
+__all__ = [
+    "check_paged_cache_bytes",
+    "check_linear_intensity",
+    "check_tokens_per_pass_distribution",
+    "buggy_accept",
+    "check_accept",
+]
+
+
+# ---- 推导并核对：分页缓存占多少字节 ----------------------------------------------------------------------
+
+
+def _random_config(g: torch.Generator) -> LMConfig:
+    n_heads = draw_choice(g, (2, 4, 8))
+    return LMConfig(vocab_size=64, d_model=n_heads * draw_choice(g, (2, 4, 8)), n_heads=n_heads,
+                    n_kv_heads=draw_choice(g, (1, n_heads // 2, n_heads)), n_layers=draw_int(g, 1, 3), d_ff=8,
+                    max_len=64)
+
+
+def _measured_paged_bytes(config: LMConfig, lengths: Sequence[int], block_size: int, dtype: torch.dtype) -> int:
+    """真的建一个分页缓存，给每条序列分配 ``length`` 个位置（提示互不相同，不共用前缀），返回它持有的字节数。"""
+    from tformer_lib.lm.model import make_lm
+    from tformer_lib.serving.paged_cache import PagedKVCache
+
+    model = make_lm(config).to(dtype)
+    need = sum(-(-n // block_size) for n in lengths)
+    cache = PagedKVCache(model, num_blocks=need + 2, block_size=block_size, prefix_caching=False)
+    for seq_id, n in enumerate(lengths):
+        cache.manager.allocate(seq_id, [4 + seq_id] * n)
+        cache.manager.append_slots(seq_id, n)
+    return cache.held_bytes()
+
+
+def check_paged_cache_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(config, lengths, block_size, bytes_per_element) -> int``：``lengths`` 条序列（不共用前缀）放进
+    每块 ``block_size`` 个位置的分页 K/V 缓存，一共占多少字节。与真的 ``PagedKVCache.held_bytes()`` 比较。"""
+
+    def cases(f):
+        for i, g in enumerate(random_cases(8, seed=131)):
+            config = _random_config(g)
+            block_size = draw_choice(g, (2, 4, 8, 16))
+            lengths = [draw_int(g, 1, 40) for _ in range(draw_int(g, 1, 4))]
+            if i < 2:
+                lengths[0] = block_size * draw_int(g, 1, 3)  # 恰好写满的块：不能多分一块
+            if i == 1:
+                lengths.append(block_size + 1)  # 多出一个位置也要一整块
+            e = draw_choice(g, (4, 2))
+            want = _measured_paged_bytes(config, lengths, block_size, torch.float32 if e == 4 else torch.float16)
+            c = config
+            per_pos = 2 * c.n_layers * c.kv_heads * c.d_k * e
+            blocks = sum(-(-n // block_size) for n in lengths)
+            call = f"paged_cache_bytes(config, lengths={lengths}, block_size={block_size}, bytes_per_element={e})"
+            variants = [
+                Variant("no_rounding", "分页缓存按整块分配：最后一块没写满也占一整块（向上取整 ⌈L/b⌉）",
+                        sum(lengths) * per_pos),
+                Variant("floor", "⌊L/b⌋ 把没写满的最后一块丢了：应向上取整 ⌈L/b⌉", sum(n // block_size for n in lengths)
+                        * block_size * per_pos),
+                Variant("one_extra_block", "L//b + 1 在 L 恰好是 b 的倍数时多算了一块：用向上取整 ⌈L/b⌉ = (L + b − 1) // b",
+                        sum(n // block_size + 1 for n in lengths) * block_size * per_pos),
+                Variant("only_k", "K 和 V 各存一份：别忘了乘 2", blocks * block_size * per_pos // 2),
+                Variant("one_layer", f"每一层都有自己的 K/V：还要乘层数 n_layers={c.n_layers}",
+                        blocks * block_size * per_pos // c.n_layers),
+                Variant("query_heads", f"缓存里存的是 K/V 头：用 config.kv_heads={c.kv_heads}，不是查询头数 n_heads={c.n_heads}",
+                        blocks * block_size * 2 * c.n_layers * c.n_heads * c.d_k * e),
+                Variant("elements", f"算出的是元素个数，还要乘每个元素的字节数 {e}", want // e),
+                Variant("contiguous", "这是给每条序列预留到 max_len 的连续缓存；分页缓存只分配用到的块",
+                        len(lengths) * c.max_len * per_pos),
+            ]
+            variants = [Variant(v.key, f"{call} 实测为 {want} 字节。{v.hint}", v.value) for v in variants]
+            compare_number(f(config, list(lengths), block_size, e), want,
+                           variants=[v for v in variants if v.value != want], what=f"{call} 的返回值",
+                           default_hint=f"{call} 实测为 {want} 字节")
+
+    return run_checks("分页 K/V 缓存占多少字节", fn, [("8 组随机配置（含 GQA）、块大小与序列长度", cases)], verbose=verbose)
+
+
+# ---- 预测再验证：一个线性层的算术强度 --------------------------------------------------------------------
+
+
+def _measured_linear(batch: int, d_in: int, d_out: int, dtype: torch.dtype) -> tuple[int, int]:
+    """``Y = X Wᵀ``（``nn.Linear``，无偏置）：FlopCounterMode 数出的 FLOPs，和 X、W、Y 三个张量的字节数之和。"""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layer = torch.nn.Linear(d_in, d_out, bias=False, device="meta", dtype=dtype)  # meta：只有形状，不真的算
+    x = torch.empty(batch, d_in, device="meta", dtype=dtype)
+    with FlopCounterMode(display=False) as counter:
+        y = layer(x)
+    n_bytes = layer.weight.nbytes + x.nbytes + y.nbytes
+    return int(counter.get_total_flops()), n_bytes
+
+
+def check_linear_intensity(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(batch, d_in, d_out, bytes_per_element) -> float``：``batch`` 个词元一起过一个无偏置线性层
+    ``(d_in → d_out)`` 的算术强度 = FLOPs ÷（读权重 + 读输入 + 写输出的字节数）。FLOPs 由 ``FlopCounterMode`` 实测。"""
+    dtypes = {4: torch.float32, 2: torch.bfloat16}
+
+    def cases(f):
+        for i, g in enumerate(random_cases(8, seed=132)):
+            batch = (1, 1024)[i] if i < 2 else 2 ** draw_int(g, 0, 8)
+            d_in, d_out = 64 * draw_int(g, 1, 16), 64 * draw_int(g, 1, 16)
+            e = draw_choice(g, (4, 2))
+            flops, n_bytes = _measured_linear(batch, d_in, d_out, dtypes[e])
+            want = flops / n_bytes
+            weights = d_in * d_out * e
+            call = f"linear_intensity(batch={batch}, d_in={d_in}, d_out={d_out}, bytes_per_element={e})"
+            variants = [
+                Variant("weights_only", "只算了读权重的字节：输入 X 与输出 Y 也要在内存里走一趟（批大时它们不可忽略）",
+                        flops / weights),
+                Variant("no_weights", "权重也要从内存里读一遍：解码时它正是字节数的大头", flops / (n_bytes - weights)),
+                Variant("flops_without_2", "一次乘加算 2 次浮点运算：FLOPs = 2·B·d_in·d_out", want / 2),
+                Variant("per_element", f"分母要的是字节：元素个数还要乘每个元素的 {e} 字节", want * e),
+                Variant("bytes_per_token", "分母是整批一次前向搬动的总字节，不是每个词元的", flops / (n_bytes / batch)),
+            ]
+            variants = [Variant(v.key, f"{call} 应为 {want:.6g} FLOP/字节。{v.hint}", v.value) for v in variants]
+            compare_number(f(batch, d_in, d_out, e), want, variants=[v for v in variants if abs(v.value - want) > 1e-9],
+                           what=f"{call} 的返回值", rtol=1e-6,
+                           default_hint=f"{call} 应为 {want:.6g} FLOP/字节（FLOPs {flops}，字节 {n_bytes}）")
+
+    return run_checks("线性层的算术强度", fn, [("8 组随机的批大小、维度与精度（含 B=1 与 B=1024）", cases)],
+                      verbose=verbose)
+
+
+# ---- 推导并核对：一次验证产出 n 个词元的概率 -------------------------------------------------------------
+
+
+def _as_vector(x: Any, what: str) -> torch.Tensor:
+    if isinstance(x, str):
+        raise Mistake(f"{what}应是 k+1 个概率组成的列表（或张量），你返回的是字符串 {x!r:.40}：直接 return 数值本身",
+                      key="string")
+    if isinstance(x, (list, tuple)):
+        return torch.tensor([as_number(v, f"{what}的第 {i} 项") for i, v in enumerate(x)], dtype=torch.float64)
+    return as_tensor(x, what).to(torch.float64).flatten()
+
+
+def _distribution(alpha: float, k: int) -> torch.Tensor:
+    """P(n) = α^{n−1}(1−α)（n = 1…k），P(k+1) = α^k。"""
+    p = [alpha ** (n - 1) * (1 - alpha) for n in range(1, k + 1)] + [alpha**k]
+    return torch.tensor(p, dtype=torch.float64)
+
+
+def check_tokens_per_pass_distribution(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(alpha, k) -> 长 k+1 的序列``：第 n−1 项是“一次验证恰好产出 n 个词元”的概率（n = 1 … k+1），
+    设每个草稿词元各自以概率 α 与目标一致（相互独立）。列表、元组、张量、数组都行。"""
+
+    def cases(f):
+        for i, g in enumerate(random_cases(8, seed=133)):
+            k = draw_int(g, 1, 7)
+            alpha = {6: 0.0, 7: 1.0}.get(i, round(0.05 + 0.9 * float(torch.rand((), generator=g)), 3))  # 两端放在最后
+            want = _distribution(alpha, k)
+            call = f"tokens_per_pass_distribution(alpha={alpha}, k={k})"
+            got = _as_vector(f(alpha, k), f"{call} 的返回值")
+            if got.shape != want.shape:
+                extra = "（n 从 1 到 k+1：最少 1 个——第一个分歧处目标自己的词元；最多 k+1 个——全部接受再白得一个）"
+                raise Mistake(f"{call} 应有 k+1 = {k + 1} 项，你的有 {got.numel()} 项{extra}", key="length")
+            if torch.allclose(got, want, atol=1e-9, rtol=1e-7):
+                continue
+            geometric = torch.tensor([alpha ** (n - 1) * (1 - alpha) for n in range(1, k + 2)], dtype=torch.float64)
+            shifted = torch.tensor([alpha**n * (1 - alpha) for n in range(1, k + 1)] + [alpha ** (k + 1)],
+                                   dtype=torch.float64)
+            swapped = _distribution(1 - alpha, k)
+            for value, key, hint in (
+                (geometric, "untruncated", "全部 k 个草稿都被接受时验证就停了（再白得目标的 1 个）：最后一项是 α^k，"
+                                            "不是 α^k(1−α)——否则概率之和不到 1"),
+                (shifted, "off_by_one", "即使第一个草稿就被拒绝，也会产出 1 个词元（目标自己的选择）：P(1) = 1 − α"),
+                (swapped, "swapped", "α 是“接受”的概率：接受 n−1 个再在第 n 个拒绝，概率 α^{n−1}(1−α)"),
+            ):
+                if torch.allclose(got, value, atol=1e-9, rtol=1e-7) and not torch.allclose(value, want):
+                    raise Mistake(f"{call} 返回 {[round(float(v), 4) for v in got]}。{hint}", key=key)
+            total = float(got.sum())
+            if abs(total - 1) > 1e-6:
+                raise Mistake(f"{call} 的各项之和是 {total:.4g}，概率分布之和应为 1", key="not_normalized")
+            raise Mistake(f"{call} 应为 {[round(float(v), 4) for v in want]}，你的是 {[round(float(v), 4) for v in got]}",
+                          key="values")
+
+    def mean(f):
+        for g in random_cases(3, seed=134):
+            k, alpha = draw_int(g, 1, 6), round(0.1 + 0.8 * float(torch.rand((), generator=g)), 3)
+            p = _as_vector(f(alpha, k), f"tokens_per_pass_distribution(alpha={alpha}, k={k}) 的返回值")
+            got = float((torch.arange(1, k + 2, dtype=torch.float64) * p).sum())
+            want = (1 - alpha ** (k + 1)) / (1 - alpha)
+            compare_number(got, want, what=f"α={alpha}、k={k} 时你的分布的均值", rtol=1e-7,
+                           default_hint=f"均值 Σ n·P(n) 应等于 (1−α^(k+1))/(1−α) = {want:.6g}，你的是 {got:.6g}")
+
+    return run_checks("一次验证产出几个词元", fn,
+                      [("8 组随机的 α 与 k（含 α = 0 与 α = 1）", cases), ("均值等于 (1−α^(k+1))/(1−α)", mean)],
+                      verbose=verbose)
+
+
+# ---- 找错：推测解码的接受规则 ----------------------------------------------------------------------------
+
+
+def buggy_accept(proposal: Sequence[int], choices: Sequence[int]) -> list[int]:
+    """一个有错的接受规则（第 13 章“找错”练习用，不要在别处使用）。
+
+    ``proposal``：草稿猜的 k 个词元 d_1 … d_k；``choices``：目标模型一次前向在 k+1 个位置上的贪心选择 t_1 … t_{k+1}。
+    应返回这次验证确认的新词元。
+    """
+    accepted = [d for d, t in zip(proposal, choices) if d == t]  # 与目标一致的草稿词元都接受
+    return accepted + [choices[len(accepted)]]  # 再接上目标自己的下一个词元
+
+
+def _tokens(x: Any, what: str) -> list[int]:
+    if isinstance(x, torch.Tensor):
+        x = x.flatten().tolist()
+    if isinstance(x, (str, bytes)) or not isinstance(x, (list, tuple)):
+        try:
+            import numpy as np
+
+            if isinstance(x, np.ndarray):
+                return [as_int(v, f"{what}的第 {i} 项") for i, v in enumerate(x.flatten().tolist())]
+        except ImportError:  # pragma: no cover
+            pass
+        raise Mistake(f"{what}应是词元 id 的列表，你返回的是 {type(x).__name__}", key="type")
+    return [as_int(v, f"{what}的第 {i} 项") for i, v in enumerate(x)]
+
+
+def _reference_accept(proposal, choices):
+    n = 0
+    while n < len(proposal) and proposal[n] == choices[n]:
+        n += 1
+    return list(proposal[:n]) + [choices[n]]
+
+
+def _accept_variants(proposal, choices) -> list[Variant]:
+    n = len(_reference_accept(proposal, choices)) - 1
+    return [
+        Variant("keeps_after_mismatch", "第一个分歧之后的草稿词元是在错误的前文上猜的，即使与目标的选择碰巧相同也不能接受："
+                "从头数连续相同的最长前缀，到第一个分歧为止", buggy_accept(proposal, choices)),
+        Variant("no_bonus", "全部 k 个草稿都被接受时，目标在第 k+1 个位置的选择也是对的，白得一个词元：别丢了它",
+                list(proposal[:n]) + ([choices[n]] if n < len(proposal) else [])),
+        Variant("no_correction", "接受的前缀之后还要接上目标自己在那个位置的选择 t_{n+1}（改正，或全部接受时白得的一个）："
+                "每次验证至少前进 1 个词元", list(proposal[:n])),
+        Variant("wrong_index", "接在接受的 n 个词元后面的是目标在第 n+1 个位置的选择 choices[n]（下标从 0 数）",
+                list(proposal[:n]) + [choices[min(n + 1, len(choices) - 1)]]),
+    ]
+
+
+def _list_cases(g: torch.Generator, first: bool) -> tuple[list[int], list[int]]:
+    k = draw_int(g, 2, 6)
+    choices = [draw_int(g, 4, 30) for _ in range(k + 1)]
+    proposal = list(choices[:k])
+    kind = 1 if first else draw_int(g, 0, 2)  # 第一组总有分歧：全部接受时“忘了改正”与“忘了白得的词元”分不清
+    if kind > 0:  # 在某处分歧（kind == 2：分歧之后又碰巧一致）
+        at = draw_int(g, 0, k - 2) if kind == 2 else draw_int(g, 0, k - 1)
+        proposal[at] = choices[at] + 31
+    return proposal, choices
+
+
+def _speculate(accept, target, draft, prompt: list[int], n_new: int, k: int) -> list[int]:
+    """不带缓存的贪心推测解码（检查器用的最小版本）：每轮草稿猜 k 个，目标一次前向，交给 ``accept`` 决定前进几个。"""
+    from tformer_lib.lm.generate import next_token_distribution
+
+    def greedy(logits):  # 与 generate(method="greedy") 相同：屏蔽 PAD、BOS 后取最大
+        return next_token_distribution(logits, 1.0, None, None).argmax(dim=-1).tolist()
+
+    seq = list(prompt)
+    while len(seq) - len(prompt) < n_new:
+        n_draft = min(k, n_new - (len(seq) - len(prompt)) - 1)
+        proposal: list[int] = []
+        for _ in range(n_draft):
+            proposal += greedy(draft(torch.tensor([seq + proposal]))[:, -1])
+        choices = greedy(target(torch.tensor([seq + proposal]))[0, -(n_draft + 1):])
+        new = _tokens(accept(list(proposal), list(choices)), f"accept(proposal={proposal}, choices={choices}) 的返回值")
+        want = _reference_accept(proposal, choices)
+        if new != want:
+            raise Mistake(f"在模型上跑推测解码时，accept(proposal={proposal}, choices={choices}) 返回 {new}，"
+                          f"而目标模型逐个贪心生成会接着产出 {want}", key="model_mismatch")
+        seq += new
+    return seq[len(prompt):][:n_new]
+
+
+def check_accept(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查改好的 ``fn(proposal, choices) -> list[int]``：先在随机的草稿/目标选择上与正确规则比较，再在小的随机
+    目标模型（草稿 = 它的前几块）上跑推测解码，输出必须与只用目标模型的贪心生成逐词元相同。"""
+
+    def lists(f):
+        for i, g in enumerate(random_cases(10, seed=135)):
+            proposal, choices = _list_cases(g, i == 0)
+            call = f"accept(proposal={proposal}, choices={choices})"
+            got = _tokens(f(list(proposal), list(choices)), f"{call} 的返回值")
+            want = _reference_accept(proposal, choices)
+            if got == want:
+                continue
+            for v in _accept_variants(proposal, choices):
+                if got == v.value and v.value != want:
+                    raise Mistake(f"{call} 返回 {got}，应为 {want}。{v.hint}", key=v.key)
+            raise Mistake(f"{call} 返回 {got}，应为 {want}", key="values")
+
+    def model(f):
+        from tformer_lib.lm.generate import generate
+        from tformer_lib.lm.model import make_lm
+        from tformer_lib.serving.speculative import layer_skip_draft
+
+        for g in random_cases(3, seed=136):
+            config = LMConfig(vocab_size=32, d_model=16, n_heads=2, n_layers=3, d_ff=32, max_len=48)
+            torch.manual_seed(draw_int(g, 0, 10_000))
+            target = make_lm(config).eval()
+            draft = layer_skip_draft(target, draw_int(g, 1, 2))
+            prompt = [draw_int(g, 4, 31) for _ in range(draw_int(g, 2, 6))]
+            k, n_new = draw_int(g, 2, 5), draw_int(g, 10, 20)
+            with torch.no_grad():
+                want = generate(target, prompt, n_new, method="greedy").tolist()
+                got = _speculate(f, target, draft, prompt, n_new, k)
+            if got != want:
+                raise Mistake(f"提示 {prompt}、k={k}：推测解码的输出 {got} 与只用目标模型的贪心生成 {want} 不同",
+                              key="model_mismatch")
+
+    return run_checks("推测解码的接受规则", fn,
+                      [("10 组随机的草稿与目标选择", lists), ("3 个随机小模型上与贪心生成逐词元相同", model)],
+                      verbose=verbose)
