@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from checkers import Case, Wrong
 from tformer_lib.lm.data import loss_targets
+from tformer_lib.lm.quality import lm_perplexity
 from tformer_lib.specials import PAD
 from tformer_lib.exercises.ch09 import (
     buggy_lm_loss,
@@ -59,6 +60,7 @@ LM_LOSS = Case(check_fixed_lm_loss, ref_lm_loss, also_correct=[_masked_mean], re
     Wrong("the_bug", buggy_lm_loss, key="counts_pad"),
     Wrong("bos_counted", _with_bos, key="bos_counted"),
     Wrong("not_shifted", _not_shifted, key="not_shifted"),
+    Wrong("calls_lm_perplexity", lambda model, block: lm_perplexity(model, *loss_targets(block))[0], key="library_call"),
 ])
 
 

@@ -124,8 +124,10 @@ def check_fixed_lm_loss(fn: Callable[..., Any], *, verbose: bool = True) -> Chec
                 Variant("not_shifted", "目标没有右移一位：位置 t 的目标应是第 t+1 个词元，否则模型只要抄输入", unshifted),
             ], default_hint=f"块 {tuple(block.shape)} 上应得 {want:.5f}，你的是 {as_number(got, '损失'):.5f}")
 
+    from tformer_lib.lm.quality import lm_perplexity
+
     return run_checks("有填充的块上的语言模型损失", fn, [("5 个随机小模型、随机打包的块（块尾有 PAD）", cases)],
-                      verbose=verbose)
+                      verbose=verbose, forbidden=(lm_perplexity,))
 
 
 # ---- 推导并核对：每个字的困惑度 ------------------------------------------------------------------------
