@@ -1,7 +1,6 @@
 """第 13 章的图：算术强度、屋顶线、槽位时间线、块表、推测解码——内容对得上输入、中文画得出、坏输入给出清楚的错误。"""
 
 import pytest
-import torch
 
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.plotting.serving import (

@@ -1,4 +1,5 @@
-"""第 13 章（推理服务）的图：算术强度与屋顶线、批槽位时间线、分页缓存的块表、推测解码的接受率与加速比。
+"""第 13 章（推理服务）的图：批槽位时间线、分页缓存的块表、推测解码的接受率与加速比
+（算术强度与屋顶线在 :mod:`tformer_lib.plotting.roofline`，这里也能导入）。
 
 都是纯函数：给数据（配置、字典、BlockManager 或它的快照），返回 ``matplotlib.figure.Figure``，自己不计时。
 算数据的代码在 :mod:`tformer_lib.serving`（``roofline``、``benchmark``、``paged_cache``、``speculative``）。
@@ -12,6 +13,7 @@ import matplotlib
 import numpy as np
 
 from tformer_lib.plotting._common import blank_figure, new_figure
+from tformer_lib.plotting.roofline import _positive_ints, plot_arithmetic_intensity, plot_roofline  # noqa: F401（第 13 章的图都能从这里导入）
 
 __all__ = [
     "plot_arithmetic_intensity",
@@ -23,106 +25,7 @@ __all__ = [
     "plot_speculative",
 ]
 
-_DECODE, _PREFILL, _BALANCE = "#d62728", "#1f77b4", "#555555"
 _KIND_LABELS = {"static": "静态批处理", "continuous": "连续批处理"}
-
-
-def _positive_number(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not value > 0:
-        raise ValueError(f"{name} 应为正数，收到 {value!r}")
-    return float(value)
-
-
-def _positive_ints(name: str, values) -> list[int]:
-    values = list(values)
-    if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in values):
-        raise ValueError(f"{name} 应是非空的正整数序列，收到 {values!r}")
-    return [int(v) for v in values]
-
-
-# ---------------------------------------------------------------- 算术强度与屋顶线
-
-
-def plot_arithmetic_intensity(config, *, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
-                              prompt_lens: Sequence[int] | None = None, context: int | None = None,
-                              peak_flops: float | None = None, bandwidth: float | None = None,
-                              bytes_per_element: int = 4, title: str | None = None, ax=None):
-    """横轴：一次前向处理的词元数（解码 = 批大小 B，预填充 = 提示长度 T）；纵轴：算术强度（FLOP/字节，对数）。
-
-    红线：一步解码，B 条序列各看 ``context`` 个位置（默认 ``max_len // 2``）——强度随 B 上升，因为权重整批共用；
-    蓝线：一条长 T 的提示的预填充（默认 T 取不超过 ``max_len`` 的 ``batch_sizes``）。给出测得的 ``peak_flops``
-    （FLOP/s）与 ``bandwidth``（字节/秒）时，再画机器平衡点的水平线：线下访存受限，线上算力受限。
-    """
-    from tformer_lib.serving.roofline import decode_cost, machine_balance, prefill_cost
-
-    batch_sizes = _positive_ints("batch_sizes", batch_sizes)
-    context = config.max_len // 2 if context is None else context
-    if prompt_lens is None:
-        prompt_lens = [t for t in batch_sizes if t <= config.max_len] or [config.max_len]
-    prompt_lens = _positive_ints("prompt_lens", prompt_lens)
-    decode = [decode_cost(config, b, context, bytes_per_element)["intensity"] for b in batch_sizes]
-    prefill = [prefill_cost(config, t, 1, bytes_per_element)["intensity"] for t in prompt_lens]
-    if ax is None:
-        fig, ax = new_figure((6.8, 4.2))
-    else:
-        fig = ax.figure
-    ax.plot(batch_sizes, decode, "o-", color=_DECODE, label=f"解码一步：B 条序列各 1 个词元（上下文 {context}）")
-    ax.plot(prompt_lens, prefill, "s--", color=_PREFILL, label="预填充：1 条长 T 的提示")
-    if (peak_flops is None) != (bandwidth is None):
-        raise ValueError("peak_flops 与 bandwidth 要么都给（画机器平衡点），要么都不给")
-    if peak_flops is not None:
-        balance = machine_balance(_positive_number("peak_flops", peak_flops), _positive_number("bandwidth", bandwidth))
-        ax.axhline(balance, color=_BALANCE, ls=":", lw=1.5, label=f"机器平衡点 峰值÷带宽 ≈ {balance:.3g} FLOP/字节")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    if peak_flops is not None:
-        bottom = min(decode + prefill + [balance]) / 2
-        ax.set_ylim(bottom, max(decode + prefill + [balance]) * 2)
-        ax.axhspan(bottom, balance, color="#f4cccc", alpha=0.3, lw=0)
-        ax.text(batch_sizes[-1], balance / 1.25, "访存受限", ha="right", va="top", fontsize=9, color="#a33")
-        ax.text(batch_sizes[-1], balance * 1.25, "算力受限", ha="right", va="bottom", fontsize=9, color="#333")
-    ax.set_xlabel("一次前向处理的词元数（解码：批大小 B；预填充：提示长度 T）")
-    ax.set_ylabel("算术强度（FLOP / 字节）")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.set_title(title or "预填充与解码的算术强度")
-    return fig
-
-
-def plot_roofline(points: Mapping[str, float], peak_flops: float, bandwidth: float, *,
-                  measured: Mapping[str, float] | None = None, title: str | None = None, ax=None):
-    """屋顶线：可达 FLOP/s = min(峰值, 强度 × 带宽)（对数坐标）。``points``：``{标签: 算术强度}``，画在屋顶上；
-    ``measured``（可选）：``{标签: 实测 FLOP/s}``，画成空心点，与屋顶之间的距离就是没用上的那部分。"""
-    from tformer_lib.serving.roofline import attainable_flops, machine_balance
-
-    if not points:
-        raise ValueError("points 为空：应是 {标签: 算术强度}")
-    balance = machine_balance(_positive_number("peak_flops", peak_flops), _positive_number("bandwidth", bandwidth))
-    values = {k: _positive_number(f"points[{k!r}]", v) for k, v in points.items()}
-    lo, hi = min(min(values.values()), balance) / 4, max(max(values.values()), balance) * 4
-    xs = np.geomspace(lo, hi, 200)
-    if ax is None:
-        fig, ax = new_figure((6.6, 4.2))
-    else:
-        fig = ax.figure
-    ax.plot(xs, np.minimum(peak_flops, xs * bandwidth), color="#333333", lw=2, label="屋顶：min(峰值, 强度 × 带宽)")
-    ax.axvline(balance, color=_BALANCE, ls=":", lw=1)
-    ax.text(balance, peak_flops * 1.15, f" 平衡点 {balance:.3g}", fontsize=8, color=_BALANCE)
-    colors = ["#d62728", "#ff7f0e", "#2ca02c", "#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-    for i, (label, x) in enumerate(values.items()):
-        color = colors[i % len(colors)]
-        ax.plot([x], [attainable_flops(x, peak_flops, bandwidth)], "o", color=color, ms=7, label=label)
-        if measured and label in measured:
-            ax.plot([x], [_positive_number(f"measured[{label!r}]", measured[label])], "o", mfc="none", color=color, ms=9)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_ylim(top=peak_flops * 2)
-    ax.set_xlabel("算术强度（FLOP / 字节）")
-    ax.set_ylabel("可达 FLOP/s")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(title or "屋顶线模型：访存受限 vs 算力受限")
-    return fig
 
 
 # ---------------------------------------------------------------- 批槽位时间线
