@@ -3,6 +3,10 @@
 import torch
 
 from checkers import Case, Wrong
+from tformer_lib.costs import saved_tensor_bytes
+from tformer_lib.feedforward import PositionwiseFeedForward
+from tformer_lib.memory import model_state_bytes
+from tformer_lib.precision import fp16_overflow
 from tformer_lib.exercises.ch11 import (
     buggy_accumulated_loss,
     check_accumulated_loss,
@@ -22,6 +26,7 @@ STATES = Case(check_model_state_bytes, ref_model_state_bytes, returns="int", wro
     Wrong("halved", lambda n, p: 16 * n if p == "fp32" else 8 * n, key="halved"),
     Wrong("no_adam", lambda n, p: 8 * n if p == "fp32" else 16 * n, key="no_adam"),
     Wrong("no_grads", lambda n, p: 12 * n if p == "fp32" else 16 * n, key="no_grads"),
+    Wrong("calls_the_library", lambda n, p: model_state_bytes(n, p)["total"], key="library_call"),
 ])
 
 
@@ -30,11 +35,18 @@ def ref_ffn_activation_bytes(batch, length, d_ff, activation):
     return {"relu": 1, "gelu": 2, "swiglu": 4}[activation] * batch * length * d_ff * 4
 
 
+def _measure_ffn(batch, length, d_ff, activation):  # 建一个 FFN 去量：数对，但绕过了推导
+    ffn = PositionwiseFeedForward(4, d_ff, activation=activation)
+    x = torch.randn(batch, length, 4, requires_grad=True)
+    return saved_tensor_bytes(lambda: ffn(x), exclude=(*ffn.parameters(), x))
+
+
 FFN = Case(check_ffn_activation_bytes, ref_ffn_activation_bytes, returns="int", wrong=[
     Wrong("hard_coded", lambda B, T, f, a: 4096),
     Wrong("one_copy", lambda B, T, f, a: B * T * f * 4, key="one_copy"),
     Wrong("elements", lambda B, T, f, a: ref_ffn_activation_bytes(B, T, f, a) // 4, key="elements"),
     Wrong("gelu_as_relu", lambda B, T, f, a: {"relu": 2, "gelu": 2, "swiglu": 4}[a] * B * T * f * 4, key="gelu_as_relu"),
+    Wrong("measures_it", _measure_ffn, key="library_call"),
 ])
 
 
@@ -64,6 +76,7 @@ FP16 = Case(check_fp16_overflow, ref_fp16_overflows, returns="bool",
     Wrong("bf16_range", lambda v, d: v * v * d > 3.4e38, key="missed_overflow"),
     Wrong("no_square", lambda v, d: v * d > 65504, key="missed_overflow"),
     Wrong("fp16_tiny", lambda v, d: v * v * d > 6.1e-5, key="false_alarm"),
+    Wrong("calls_the_library", lambda v, d: not fp16_overflow(v, d)["fp16"]["finite"], key="library_call"),
 ])
 
 CASES = [STATES, FFN, ACCUM, FP16]

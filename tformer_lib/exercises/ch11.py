@@ -79,7 +79,10 @@ def check_model_state_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> 
             key, hint = known.get(got, ("values", "按每个参数几个字节逐项加起来"))
             raise Mistake(f"{call} 返回 {got}，应为 {want}。{hint}", key=key)
 
-    return run_checks("AdamW 训练的模型状态字节数", fn, [("6 个随机大小的模型，fp32 与混合精度", cases)], verbose=verbose)
+    from tformer_lib.memory import model_state_bytes
+
+    return run_checks("AdamW 训练的模型状态字节数", fn, [("6 个随机大小的模型，fp32 与混合精度", cases)], verbose=verbose,
+                      forbidden=(model_state_bytes, measured_model_state_bytes))
 
 
 # ---- 推导并核对：前馈网络保存的激活 ---------------------------------------------------------------------
@@ -115,7 +118,10 @@ def check_ffn_activation_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
             compare_number(f(B, T, d_ff, activation), want, variants=[v for v in variants if v.value != want],
                            what=f"{call} 的返回值", default_hint=f"{call} 实测为 {want} 字节")
 
-    return run_checks("前馈网络保存的激活字节数", fn, [("9 个随机尺寸，三种激活函数", cases)], verbose=verbose)
+    from tformer_lib.memory import lm_activation_bytes, measure_activation_bytes
+
+    return run_checks("前馈网络保存的激活字节数", fn, [("9 个随机尺寸，三种激活函数", cases)], verbose=verbose,
+                      forbidden=(saved_tensor_bytes, lm_activation_bytes, measure_activation_bytes, PositionwiseFeedForward))
 
 
 # ---- 找错：梯度累积的损失 --------------------------------------------------------------------------------
@@ -184,4 +190,7 @@ def check_fp16_overflow(fn: Callable[..., Any], *, verbose: bool = True) -> Chec
                 raise Mistake(f"fp16_overflows({value:g}, {d_k})：float16 里{'上溢成 inf' if want else '没有上溢'}，"
                               f"你预测{'会' if got else '不会'}。{hint}", key=key)
 
-    return run_checks("float16 的点积会不会上溢", fn, [("10 组随机的值与维度", cases)], verbose=verbose)
+    from tformer_lib.precision import fp16_overflow
+
+    return run_checks("float16 的点积会不会上溢", fn, [("10 组随机的值与维度", cases)], verbose=verbose,
+                      forbidden=(fp16_overflow,))
