@@ -4,8 +4,13 @@ import math
 
 import torch
 
+from torch.utils.flop_counter import FlopCounterMode
+
 from checkers import Case, Wrong
+from tformer_lib.lm import make_lm
+from tformer_lib.serving import PagedKVCache
 from tformer_lib.exercises.ch13 import (
+    _reference_accept,
     buggy_accept,
     check_accept,
     check_linear_intensity,
@@ -25,6 +30,14 @@ def _per_pos(c, e):
     return 2 * c.n_layers * c.kv_heads * c.d_k * e
 
 
+def _measure_paged(config, lengths, block_size, bytes_per_element):  # 建一个真的缓存去量：数对，但绕过了推导
+    dtype = torch.float16 if bytes_per_element == 2 else torch.float32
+    cache = PagedKVCache(make_lm(config).to(dtype), sum(-(-n // block_size) for n in lengths), block_size, False)
+    for i, n in enumerate(lengths):
+        cache.manager.allocate(i, [4] * n)
+    return cache.held_bytes()
+
+
 PAGED = Case(check_paged_cache_bytes, ref_paged_cache_bytes, returns="int",
              also_correct=[lambda c, ls, b, e: sum((n + b - 1) // b for n in ls) * b * _per_pos(c, e)], wrong=[
     Wrong("hard_coded", lambda c, ls, b, e: 3000),
@@ -34,6 +47,7 @@ PAGED = Case(check_paged_cache_bytes, ref_paged_cache_bytes, returns="int",
     Wrong("only_k", lambda c, ls, b, e: ref_paged_cache_bytes(c, ls, b, e) // 2),
     Wrong("query_heads", lambda c, ls, b, e: sum(-(-n // b) for n in ls) * b * 2 * c.n_layers * c.d_model * e),
     Wrong("contiguous", lambda c, ls, b, e: len(ls) * c.max_len * _per_pos(c, e), key="contiguous"),
+    Wrong("builds_a_cache", _measure_paged, key="library_call"),
 ])
 
 
@@ -44,12 +58,19 @@ def ref_linear_intensity(batch, d_in, d_out, bytes_per_element):
     return flops / n_bytes
 
 
+def _counted_intensity(batch, d_in, d_out, bytes_per_element):  # 让 FlopCounterMode 去数：绕过了“先预测”
+    with FlopCounterMode(display=False) as counter:
+        torch.nn.Linear(d_in, d_out, bias=False, device="meta")(torch.empty(batch, d_in, device="meta"))
+    return counter.get_total_flops() / (bytes_per_element * (d_in * d_out + batch * d_in + batch * d_out))
+
+
 INTENSITY = Case(check_linear_intensity, ref_linear_intensity, returns="number", wrong=[
     Wrong("hard_coded", lambda B, i, o, e: 0.5),
     Wrong("weights_only", lambda B, i, o, e: 2 * B / e, key="weights_only"),
     Wrong("flops_without_2", lambda B, i, o, e: ref_linear_intensity(B, i, o, e) / 2, key="flops_without_2"),
     Wrong("per_element", lambda B, i, o, e: ref_linear_intensity(B, i, o, e) * e, key="per_element"),
     Wrong("no_weights", lambda B, i, o, e: 2 * B * i * o / (e * (B * i + B * o)), key="no_weights"),
+    Wrong("counts_flops", _counted_intensity, key="library_call"),
 ])
 
 
@@ -92,6 +113,7 @@ ACCEPT = Case(check_accept, ref_accept, also_correct=[
     Wrong("the_bug", buggy_accept, key="keeps_after_mismatch"),
     Wrong("no_correction", lambda p, c: ref_accept(p, c)[:-1], key="no_correction"),
     Wrong("no_bonus", _no_bonus, key="no_bonus"),
+    Wrong("uses_the_checker", lambda p, c: _reference_accept(p, c), key="library_call"),
     Wrong("wrong_index", lambda p, c: ref_accept(p, c)[:-1] + [c[min(len(ref_accept(p, c)), len(c) - 1)]],
           key="wrong_index"),
 ])

@@ -107,7 +107,16 @@ def check_paged_cache_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> 
                            variants=[v for v in variants if v.value != want], what=f"{call} 的返回值",
                            default_hint=f"{call} 实测为 {want} 字节")
 
-    return run_checks("分页 K/V 缓存占多少字节", fn, [("8 组随机配置（含 GQA）、块大小与序列长度", cases)], verbose=verbose)
+    return run_checks("分页 K/V 缓存占多少字节", fn, [("8 组随机配置（含 GQA）、块大小与序列长度", cases)], verbose=verbose,
+                      forbidden=_cache_answers())
+
+
+def _cache_answers() -> tuple:
+    """推导题要读者从配置算出来：真的建一个缓存（或模型）再去量就绕过了推导，检查器不收。"""
+    from tformer_lib.lm import DecoderOnlyLM, LMCache, make_lm
+    from tformer_lib.serving.paged_cache import BlockManager, PagedKVCache
+
+    return (PagedKVCache, BlockManager, make_lm, DecoderOnlyLM, LMCache)
 
 
 # ---- 预测再验证：一个线性层的算术强度 --------------------------------------------------------------------
@@ -152,8 +161,13 @@ def check_linear_intensity(fn: Callable[..., Any], *, verbose: bool = True) -> C
                            what=f"{call} 的返回值", rtol=1e-6,
                            default_hint=f"{call} 应为 {want:.6g} FLOP/字节（FLOPs {flops}，字节 {n_bytes}）")
 
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tformer_lib.costs import measure_flops
+    from tformer_lib.profiling import count_training_flops
+
     return run_checks("线性层的算术强度", fn, [("8 组随机的批大小、维度与精度（含 B=1 与 B=1024）", cases)],
-                      verbose=verbose)
+                      verbose=verbose, forbidden=(FlopCounterMode, measure_flops, count_training_flops))
 
 
 # ---- 推导并核对：一次验证产出 n 个词元的概率 -------------------------------------------------------------
@@ -343,4 +357,4 @@ def check_accept(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult
 
     return run_checks("推测解码的接受规则", fn,
                       [("10 组随机的草稿与目标选择", lists), ("3 个随机小模型上与贪心生成逐词元相同", model)],
-                      verbose=verbose)
+                      verbose=verbose, forbidden=(_reference_accept,))
