@@ -181,3 +181,34 @@ def test_failed_append_leaves_no_half_allocation():
     manager.free(0)
     with pytest.raises(KeyError, match="seq_id"):
         manager.free(0)
+
+
+def test_packed_view_layout_positions_and_mask():
+    from tformer_lib.serving import PagedKVCache
+
+    model = _model(0, positional="rope")
+    cache = PagedKVCache(model, num_blocks=6, block_size=2, prefix_caching=False)
+    m = cache.manager
+    m.allocate(0, [5, 6, 7])
+    m.append_slots(0, 3)  # 序列 0 已缓存 3 个位置，这一步解码 1 个
+    m.allocate(1, [8, 9])  # 序列 1 这一步预填充 2 个
+    lm_cache, positions, mask, last = cache.packed_view([0, 1], [1, 2])
+    assert positions.tolist() == [[3, 0, 1]] and last.tolist() == [0, 2]
+    assert lm_cache.length == 3  # 已缓存的键在前，本步的 3 个新键在后
+    expect = [[1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1]]  # 同一条序列才可见（因果由模型再加）
+    assert mask[0, 0].int().tolist() == expect
+    assert lm_cache.layers[0].read_slots.tolist() == [m.slot(0, p) for p in range(4)] + [m.slot(1, 0), m.slot(1, 1)]
+
+
+def test_decode_and_prefill_share_one_forward():
+    model = _model(1, positional="learned")
+    calls = []
+    model.register_forward_hook(lambda mod, args, out: calls.append(tuple(args[0].shape)))
+    engine = Engine(model, max_batch=2, block_size=4)
+    a = engine.add_request([5, 6, 7], 1)
+    b = engine.add_request([8, 9], 4)
+    c = engine.add_request([10, 11, 12, 13], 3)
+    engine.run()
+    # 第 1 步：a、b 一起预填充；第 2 步：a 已离开，b 解码 1 个、c 预填充 4 个，打包成一次前向 (1, 5)
+    assert calls[:2] == [(1, 5), (1, 5)] and len(calls) == engine.steps
+    assert [r.output for r in (a, b, c)] == [_alone(model, r.prompt, r.max_new_tokens) for r in (a, b, c)]

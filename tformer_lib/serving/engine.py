@@ -6,8 +6,9 @@
 每一步 :meth:`Engine.step` 做三件事：
 
 1. 接纳（admit）：在槽位（``max_batch``）、空闲块与本步词元预算（``token_budget``）允许的范围内，
-   按到达顺序把等待的请求逐个**预填充**（prefill）——整段提示过一遍模型，得到它的第一个新词元；
-2. 解码（decode）：所有运行中的序列一起前进一个词元（每条只送一个新词元进模型）；
+   按到达顺序接纳等待的请求，这一步为它们**预填充**（prefill）——整段提示过一遍模型，得到第一个新词元；
+2. 一次前向：运行中的序列各送一个新词元（解码 decode），新接纳的送整段提示（预填充），所有新词元首尾相接
+   排成一行、不补齐（见 :meth:`~.paged_cache.PagedKVCache.packed_view`），所以解码与预填充同在一次前向里；
 3. 退出：生成了 EOS 或到达自己 ``max_new_tokens`` 的序列离开，块还给 :class:`~.paged_cache.BlockManager`。
 
 只做贪心解码，因此输出与逐条调用 ``generate(..., method="greedy")`` 逐词元相同（测试核对）。
@@ -56,8 +57,8 @@ class Engine:
 
     ``max_batch``：同时运行的序列上限；``token_budget``：一步里送进模型的词元总数上限（预填充 + 解码）；
     ``num_blocks``/``block_size``：分页缓存的大小（默认够 ``max_batch`` 条满长序列）；``prefix_caching``：共用前缀块。
-    ``min_prefill``：至少空出这么多槽位（或没有序列在跑、或已无更多请求在等）才接纳新请求，让几条提示攒成一次
-    预填充前向——每次前向都有固定开销，小模型在 CPU 上尤其明显；代价是新请求的首词元稍晚。
+    ``min_prefill``：至少空出这么多槽位（或没有序列在跑、或已无更多请求在等）才接纳新请求，让几条提示攒在同一步
+    预填充；预填充与解码本来就在同一次前向里（见 :meth:`step`），默认 1 = 一有空槽位就补进来。
     引擎只做推理，第一步时会把模型切到 eval 模式。
     """
 
@@ -130,61 +131,69 @@ class Engine:
         used = len(self.running)  # 本步每条运行中的序列要解码一个词元
         admitted = []
         free_slots = self.max_batch - len(self.running)
-        arrived = sum(1 for r in self.waiting if r.arrival <= time.perf_counter())
-        if self.running and free_slots < self.min_prefill and arrived >= free_slots:
+        now = time.perf_counter()
+        if not self.waiting or free_slots == 0 or self.waiting[0].arrival > now:
+            return admitted
+        if self.running and free_slots < self.min_prefill and sum(r.arrival <= now for r in self.waiting) >= free_slots:
             return admitted  # 攒一攒：等空出 min_prefill 个槽位再一起预填充
-        while self.waiting and len(self.running) < self.max_batch:
+        # 块按“最终长度”预留：运行中的序列以后还要长（growth 块），新请求只能用剩下的块，解码中途才不会缺块
+        growth = sum(manager.blocks_needed(len(r.prompt) + r.max_new_tokens) - len(manager.tables[r.request_id])
+                     for r in self.running.values())
+        free = sorted(set(range(self.max_batch)) - set(self.running), reverse=True)  # 空槽位，pop() 取最小的
+        while self.waiting and free:
             request = self.waiting[0]
-            if request.arrival > time.perf_counter():
+            if request.arrival > now:
                 break
-            # 块按“最终长度”预留：运行中的序列以后还要长，新请求只能用剩下的块，解码中途才不会缺块
-            growth = sum(manager.blocks_needed(len(r.prompt) + r.max_new_tokens) - len(manager.tables[r.request_id])
-                         for r in self.running.values())
-            if manager.blocks_needed(len(request.prompt) + request.max_new_tokens) + growth > len(manager.free_blocks):
-                break
-            if used + len(request.prompt) > self.token_budget:
+            final = manager.blocks_needed(len(request.prompt) + request.max_new_tokens)
+            if final + growth > len(manager.free_blocks) or used + len(request.prompt) > self.token_budget:
                 break
             self.waiting.popleft()
             reused = manager.allocate(request.request_id, request.prompt)
+            growth += final - len(manager.tables[request.request_id])  # 增量地记账，不必每接纳一条就重算全部
             self.prefill_tokens_saved += reused
-            slot = min(set(range(self.max_batch)) - set(self.running))
+            slot = free.pop()
             self.running[slot] = request
             admitted.append((slot, request, request.prompt[reused:]))
             used += len(request.prompt) - reused
         return admitted
 
     def _forward(self, work: list[tuple[int, Request, list[int]]]) -> None:
-        """一次前向：每行送入自己的新词元（右侧补齐），取每行最后一个真实位置的 logits 得到下一个词元。"""
-        lengths = [len(tokens) for _, _, tokens in work]
-        cache, positions, mask = self.cache.view([r.request_id for _, r, _ in work], lengths)
-        width = max(lengths)
-        batch = torch.tensor([tokens + [PAD] * (width - len(tokens)) for _, _, tokens in work],
-                             device=positions.device)  # (B, T_new)
-        logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)  # (B, T_new, V)
-        last = logits[torch.arange(len(work)), torch.tensor(lengths) - 1]  # (B, V)：每行最后一个真实位置
+        """一次前向，取每行最后一个新词元的 logits 得到它的下一个词元。
+
+        只有解码时每行恰好一个新词元，排成 ``(B, 1)`` 最省（注意力只在各自的行里算）；有预填充时，所有新词元
+        首尾相接成 ``(1, N)``（:meth:`~.paged_cache.PagedKVCache.packed_view`），不为对齐最长的提示补齐。
+        """
+        seq_ids, lengths = [r.request_id for _, r, _ in work], [len(tokens) for _, _, tokens in work]
+        if max(lengths) == 1:
+            cache, positions, mask = self.cache.view(seq_ids, lengths)
+            batch = torch.tensor([tokens for _, _, tokens in work], device=positions.device)  # (B, 1)
+            logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)[:, -1]  # (B, V)
+        else:
+            cache, positions, mask, last = self.cache.packed_view(seq_ids, lengths)
+            batch = torch.tensor([[t for _, _, tokens in work for t in tokens]], device=positions.device)  # (1, N)
+            logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)[0, last]  # (B, V)
         for _, request, _ in work:
             if not request.output:  # 刚预填充完：它写满的块可供后来的同前缀请求共用
                 self.cache.manager.register_prefix(request.request_id, request.prompt)
         self.peak_held_bytes = max(self.peak_held_bytes, self.cache.held_bytes())
         now = time.perf_counter()
-        for (slot, request, _), token in zip(work, self._next_tokens(last)):
+        for (slot, request, _), token in zip(work, self._next_tokens(logits)):
             request.slot_steps.append((self.steps, slot))
             self._emit(slot, request, token, now)
 
     @torch.no_grad()
     def step(self) -> None:
-        """调度一步：已在运行的序列一起解码一个词元（一次前向），再把接纳的新请求一起预填充（一次前向）。
+        """调度一步：先接纳新请求，再让运行中的序列（各解码一个词元）与新请求（预填充）一起做**一次**前向。
 
-        两者分开做，是因为预填充要把各行补齐到最长的提示；若与解码拼在一批，每条解码行也要陪着算那么长。
+        有预填充时打包成一行、不补齐，所以预填充不会让解码行陪着算到最长提示那么长，也不必为预填充另做一次前向
+        （每次前向都有固定开销，小模型在 CPU 上尤其明显）。
         """
         if self.model.training:  # 引擎只做推理：切到 eval 模式（每步都调用 eval() 本身就要遍历所有子模块）
             self.model.eval()
-        decoding = [(slot, r, [r.output[-1]]) for slot, r in sorted(self.running.items())]
-        if decoding:
-            self._forward(decoding)  # 解码：每行送入上一个词元
-        admitted = self._admit()
-        if admitted:
-            self._forward(admitted)  # 预填充：送入提示中没被前缀缓存覆盖的部分
+        work = [(slot, r, [r.output[-1]]) for slot, r in sorted(self.running.items())]  # 解码：每行送入上一个词元
+        work += self._admit()  # 预填充：送入提示中没被前缀缓存覆盖的部分
+        if work:
+            self._forward(work)
         self.steps += 1
 
     def run(self, requests: Sequence[Request] | None = None) -> None:

@@ -151,6 +151,27 @@ class _PagedLayer(AttentionCache):
         return full_k.to(k.dtype), full_v.to(v.dtype)
 
 
+class _PackedLayer(AttentionCache):
+    """打包（packed）布局下一层的分页缓存：一步里所有序列的新词元排成一行 ``(1, N)``，没有填充。
+
+    ``update`` 把 N 个新 K/V 写进各自的槽位，再一次收集 ``read_slots`` = [各序列已缓存的位置, 本步的 N 个新位置]。
+    """
+
+    def __init__(self, store_k, store_v, write_slots, read_slots):
+        super().__init__(static=False)
+        self.store_k, self.store_v = store_k, store_v
+        self.write_slots, self.read_slots = write_slots, read_slots  # (N,), (T_k,)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        flat_k = k[0].transpose(0, 1)  # (N, h_kv, d_k)
+        flat_v = v[0].transpose(0, 1)  # (N, h_kv, d_k)
+        self.store_k.index_copy_(0, self.write_slots, flat_k.to(self.store_k.dtype))
+        self.store_v.index_copy_(0, self.write_slots, flat_v.to(self.store_v.dtype))
+        full_k = self.store_k.index_select(0, self.read_slots).transpose(0, 1)[None]  # (1, h_kv, T_k, d_k)
+        full_v = self.store_v.index_select(0, self.read_slots).transpose(0, 1)[None]  # (1, h_kv, T_k, d_k)
+        return full_k.to(k.dtype), full_v.to(v.dtype)
+
+
 class PagedKVCache:
     """按块存放的 K/V（所有层），配一个 :class:`BlockManager`。"""
 
@@ -200,3 +221,38 @@ class PagedKVCache:
         cache.length = width - t_new
         positions = (start[:, :, 0] + step[:, :, 0]).clamp(max=self.max_len - 1)  # (B, T_new)；填充处截在上下文内
         return cache, positions.to(device), valid[:, None].to(device)
+
+    def packed_view(self, seq_ids: list[int], n_new: list[int]) -> tuple[LMCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """一步只做**一次**前向：第 b 条序列要写 ``n_new[b]`` 个新位置（解码 1 个，预填充整段提示），
+        所有新词元首尾相接排成一行 ``(1, N)``、``N = sum(n_new)``，既不补齐，解码与预填充也能同批（Orca 的做法）。
+
+        返回 ``(cache, positions (1, N), attn_mask (1, 1, N, T_k), last (B,))``；``last[b]`` 是第 b 条最后一个新词元
+        在这一行里的下标（取它的 logits 得到下一个词元）。收集出的键依次是各序列已缓存的位置（共 ``T_old`` 个），
+        再接本步的 N 个新位置，``cache.length = T_old``：模型自带的因果掩码让第 j 个新词元只看见 ``≤ T_old + j`` 的键，
+        ``attn_mask`` 再要求“键与查询属于同一条序列”——两者相与，恰好是每条序列各自的因果注意力。
+        真实引擎的变长注意力内核（varlen / paged attention）按块表直接读块，不必把这个 (N, T_k) 掩码造出来。
+        """
+        m = self.manager
+        starts = [m.lengths[s] for s in seq_ids]
+        write = [slot for s, n in zip(seq_ids, n_new) for slot in m.append_slots(s, n)]  # N 个新位置的槽位
+        block, n_blocks = m.block_size, max(len(m.tables[s]) for s in seq_ids)
+        tables = torch.tensor([m.tables[s] + [0] * (n_blocks - len(m.tables[s])) for s in seq_ids])  # (B, n_blocks)
+        slots = (tables[:, :, None] * block + torch.arange(block)).flatten(1)  # (B, n_blocks·block)：每个位置的槽位
+        start = torch.tensor(starts)  # (B,)
+        old = slots[torch.arange(n_blocks * block)[None, :] < start[:, None]]  # (T_old,)：逐条序列、按位置排好
+        owner = torch.arange(len(seq_ids))  # (B,)
+        count = torch.tensor(n_new)  # (B,)
+        query_seq = owner.repeat_interleave(count)  # (N,)：每个新词元属于哪条序列
+        key_seq = torch.cat([owner.repeat_interleave(start), query_seq])  # (T_k,)
+        last = count.cumsum(0) - 1  # (B,)
+        first = last - count + 1  # (B,)：第 b 条的新词元从这一行的第 first[b] 个开始
+        positions = (start - first).repeat_interleave(count) + torch.arange(len(query_seq))  # (N,)：start_b + i
+        device = self.k[0].device
+        write_slots = torch.tensor(write)  # (N,)
+        read_slots = torch.cat([old, write_slots]).to(device)  # (T_k,)
+        write_slots = write_slots.to(device)
+        cache = LMCache(len(self.k))
+        cache.layers = [_PackedLayer(k, v, write_slots, read_slots) for k, v in zip(self.k, self.v)]
+        cache.length = len(old)
+        mask = (query_seq[:, None] == key_seq[None, :])[None, None]  # (1, 1, N, T_k)
+        return cache, positions[None].to(device), mask.to(device), last.to(device)
