@@ -192,8 +192,12 @@ def plot_block_table(state, *, title: str | None = None, columns: int | None = N
     columns = columns or min(16, max(4, int(np.ceil(np.sqrt(n_blocks * 2)))))
     grid_rows = -(-n_blocks // columns)
     width_blocks = max((len(tables[s]) for s in seqs), default=1)
-    fig = blank_figure((4.0 + 0.55 * width_blocks + 0.45 * columns, 1.4 + 0.42 * max(len(seqs), grid_rows, 2)))
-    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(width_blocks, 2) + 2.5, columns]})
+    height = 1.4 + 0.42 * max(len(seqs), grid_rows, 2)
+    fig = blank_figure((4.0 + 0.55 * width_blocks + 0.45 * columns, height))
+    fig.set_layout_engine("none")  # 格子与文字很多时 constrained 布局很慢；两栏的位置手工给出（存图时再裁掉白边）
+    top = 1 - (0.75 if title else 0.4) / height  # 留出总标题与两栏标题的高度（英寸换成比例）
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(width_blocks, 2) + 2.5, columns], "wspace": 0.08,
+                                                  "left": 0.02, "right": 0.98, "bottom": 0.55 / height, "top": top})
     # 左：每条序列的块表
     for row, s in enumerate(seqs):
         left.text(-0.6, row, f"序列 {s}（{lengths.get(s, 0)} 位）", ha="right", va="center", fontsize=8)
@@ -231,7 +235,7 @@ def plot_block_table(state, *, title: str | None = None, columns: int | None = N
     used = sum(1 for x in refs if x > 0)
     right.set_title(f"物理块：{used}/{n_blocks} 块在用，{sum(1 for x in refs if x > 1)} 块被共用", fontsize=10)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, y=1 - 0.1 / height, va="top")
     return fig
 
 
