@@ -83,3 +83,14 @@ def test_roofline_helpers():
 def test_errors_name_the_argument(call, match):
     with pytest.raises((ValueError, TypeError), match=match):
         call(_config())
+
+
+@pytest.mark.parametrize("kw", CONFIGS)
+def test_kv_bytes_equal_what_the_cache_holds_after_the_forward(kw):
+    c = _config(**kw)
+    model = make_lm(c).eval()
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.randint(4, c.vocab_size, (3, 9)), cache=cache)  # 预填充 9 个位置
+        model(torch.randint(4, c.vocab_size, (3, 1)), cache=cache)  # 解码第 10 个：读出 10 个位置
+    assert lm_forward_bytes(c, 3, 1, 10)["kv_cache"] == cache.nbytes()
