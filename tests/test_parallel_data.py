@@ -1,4 +1,5 @@
-"""数据并行：手写梯度 all-reduce 与 DDP（2 个进程，gloo），k 步后与单进程整批训练的损失、参数一致。
+"""数据并行：手写梯度 all-reduce 与 DDP（2 个进程，gloo），k 步后与单进程整批训练的损失、参数一致——
+数据里的 PAD 故意分布不均（各进程每步的真实目标数不同），损失按全局目标数求平均。
 
 容差：损失相对误差 ≤ 1e-5；AdamW 4 步后参数最大差 ≤ 5e-5（两条路径求和顺序不同，float32 舍入经
 Adam 的归一化放大；实测约 4e-6）。
@@ -7,11 +8,13 @@ Adam 的归一化放大；实测约 4e-6）。
 import pytest
 import torch
 
+from tformer_lib import PAD
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.parallel.comm import data_parallel_payload, ring_all_reduce_bytes
 from tformer_lib.parallel.data_parallel import (
     allreduce_gradients,
     global_batches,
+    global_mean_lm_loss,
     rank_batches,
     train_data_parallel,
     train_single_process,
@@ -20,11 +23,24 @@ from tformer_lib.parallel.data_parallel import (
 STEPS, BATCH, LR = 4, 8, 1e-2
 
 
+def _uneven_pad_blocks(n=32, length=9, seed=2):
+    """每块随机保留 2…length 个真实词元，其余是 PAD：各进程每步的真实目标数不同。"""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = torch.randint(4, 30, (n, length), generator=gen)
+    keep = torch.randint(2, length + 1, (n,), generator=gen)
+    blocks[torch.arange(length) >= keep[:, None]] = PAD  # (n, length)：每行尾部填充
+    return blocks
+
+
+def _targets_per_rank(blocks, step):
+    return [int((blocks[rank_batches(len(blocks), BATCH, r, 2)[step]][:, 1:] != PAD).sum()) for r in range(2)]
+
+
 @pytest.fixture(scope="module")
 def runs():
     torch.manual_seed(0)
     model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=16))
-    blocks = torch.randint(4, 30, (32, 9))
+    blocks = _uneven_pad_blocks()
     ref = train_single_process(model, blocks, STEPS, BATCH, LR)
     dp = train_data_parallel(model, blocks, STEPS, BATCH, LR, world_size=2, timeout=150)
     return model, ref, dp
@@ -38,6 +54,26 @@ def test_data_parallel_equals_single_process(runs, mode):
         assert torch.allclose(dp[mode]["params"][name], value, atol=5e-5, rtol=0), name
     # 它确实在训练：参数离开了初值
     assert any(not torch.allclose(v, model.state_dict()[k]) for k, v in ref["params"].items())
+
+
+def test_uneven_pad_really_makes_the_mean_of_means_wrong(runs):
+    """这组数据确实考到了 PAD：各进程每步的目标数不同，旧做法（各自平均、再平均梯度）训练 4 步后的参数
+    与整批相差远超测试的容差——所以上面的相等不是碰巧。旧做法在一个进程里模拟：两份损失的平均。"""
+    import copy
+
+    model, ref, _ = runs
+    blocks = _uneven_pad_blocks()
+    counts = [_targets_per_rank(blocks, step) for step in range(STEPS)]
+    assert all(a != b for a, b in counts), counts
+    old = copy.deepcopy(model)
+    optimizer = torch.optim.AdamW(old.parameters(), lr=LR)
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        shards = [blocks[rank_batches(len(blocks), BATCH, r, 2)[step]] for r in range(2)]
+        (sum(global_mean_lm_loss(old, s)[0] for s in shards) / 2).backward()  # 没有进程组：各自“总和 / 目标数”
+        optimizer.step()
+    worst = max(float((p.detach() - ref["params"][k]).abs().max()) for k, p in old.named_parameters())
+    assert worst > 10 * 5e-5, worst
 
 
 def test_manual_all_reduce_sends_every_gradient_once(runs):

@@ -6,8 +6,12 @@
 2. 手写：``loss.backward()`` 之后对每个梯度 ``dist.all_reduce(SUM)`` 再除以进程数 p（:func:`allreduce_gradients`）；
 3. PyTorch 的 ``DistributedDataParallel``（DDP）：同样的平均，但把梯度分桶（bucket），在反向传播进行中就开始通信。
 
-为什么平均梯度就等于整批：损失是批内平均，整批 B = p 份各 B/p 时
-∇L = (1/B)Σ_i ∇ℓ_i = (1/p)Σ_r [(p/B)Σ_{i∈r} ∇ℓ_i] = 各进程梯度的平均（没有 PAD 目标时严格成立）。
+为什么平均梯度就等于整批：整批的损失是所有 N 个非 PAD 目标的平均 L = (1/N)Σ_i ℓ_i。rank r 持有其中 N_r 个。
+若每个进程各自求平均（除以 N_r）再平均梯度，得到的是“平均的平均”(1/p)Σ_r (1/N_r)Σ_{i∈r} ℓ_i——PAD 不均匀
+（N_r 不同）时它 ≠ L。所以每个进程先 all-reduce 出全局目标数 N（两个数：损失总和与目标数，16 字节），
+反向用 ℓ^(r) = (p/N)Σ_{i∈r} ℓ_i（:func:`global_mean_lm_loss`）；梯度平均之后
+(1/p)Σ_r ∇ℓ^(r) = (1/N)Σ_i ∇ℓ_i = ∇L，与单进程整批是同一个量，任何 PAD 分布下都成立（测试用不均匀的 PAD）。
+手写 all-reduce 与 DDP 都用它（DDP 也是求平均）；与 :class:`~tformer_lib.parallel.DistributedLMTrainer` 同一个做法。
 
 每个进程取哪些样本由 ``DistributedSampler`` 决定（:func:`rank_batches`）：每个 epoch 按种子打乱一次，
 rank r 拿走第 r, r+p, r+2p, … 个；只有 rank 0 打印与保存检查点（:func:`~tformer_lib.parallel.launch.is_rank0`）。
@@ -26,8 +30,8 @@ from ..specials import PAD
 from .comm import record
 from .launch import launch
 
-__all__ = ["allreduce_gradients", "rank_batches", "global_batches", "train_lm_worker", "train_data_parallel",
-           "train_single_process", "DP_MODES"]
+__all__ = ["allreduce_gradients", "rank_batches", "global_batches", "global_mean_lm_loss", "train_lm_worker",
+           "train_data_parallel", "train_single_process", "DP_MODES"]
 
 #: 数据并行的写法："manual" = 手写梯度 all-reduce，"ddp" = DistributedDataParallel
 DP_MODES = ("manual", "ddp")
@@ -66,9 +70,31 @@ def global_batches(n_samples: int, batch_size: int, world_size: int, seed: int =
 
 
 def _lm_loss(model, block: torch.Tensor) -> torch.Tensor:
+    """本进程自己的平均损失（只对本进程的目标求平均；PAD 不均匀时不是整批的平均，见 :func:`global_mean_lm_loss`）。"""
     inputs, targets = block[:, :-1], block[:, 1:]  # (b, L), (b, L)
     logits = model(inputs)  # (b, L, V)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)  # logits 展平为 (b·L, V)
+
+
+def global_mean_lm_loss(model, block: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """数据并行里整批意义下的损失：返回 ``(loss, value)``。
+
+    ``loss`` 交给 ``backward``：本进程的损失总和 × p / 全局非 PAD 目标数 N（各进程梯度再求平均，就是
+    Σ_r 总和_r / N 的梯度——与一个进程算整批相同，PAD 不均匀也一样）。``value`` 是整批的平均损失
+    Σ_r 总和_r / N（各进程相同，用于日志）。为此每步多一次只有两个数的 all-reduce（float64：目标数精确）。
+    没有进程组时 p = 1，就是普通的“总和 / 目标数”。
+    """
+    inputs, targets = block[:, :-1], block[:, 1:]  # (b, L), (b, L)
+    logits = model(inputs)  # (b, L, V)
+    total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD, reduction="sum")  # 展平为 (b·L, V)
+    stats = torch.tensor([float(total.detach()), float((targets != PAD).sum())], dtype=torch.float64,
+                         device=targets.device)
+    world_size = 1
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        world_size = dist.get_world_size()
+        dist.all_reduce(stats)  # [Σ_r 总和_r, N]
+    n_targets = max(1.0, float(stats[1]))
+    return total * (world_size / n_targets), float(stats[0]) / n_targets
 
 
 def _new_model(config_dict: dict, state: dict):
@@ -83,16 +109,12 @@ def _train(model, optimizer, batches, blocks, steps, sync=None) -> list[float]:
     losses = []
     for step in range(steps):
         optimizer.zero_grad(set_to_none=True)
-        loss = _lm_loss(model, blocks[batches[step]])
+        loss, value = global_mean_lm_loss(model, blocks[batches[step]])  # value：整批的损失，各进程相同
         loss.backward()
         if sync is not None:
             sync()
         optimizer.step()
-        value = loss.detach().clone()
-        if dist.is_initialized():
-            dist.all_reduce(value)  # 日志里的损失：各进程平均 = 整批的损失
-            value /= dist.get_world_size()
-        losses.append(float(value))
+        losses.append(value)
     return losses
 
 
