@@ -90,6 +90,7 @@ STATIC_EXPLORERS = {
     "notebooks/07_training": "预热步数 warmup",
     "notebooks/08_inference_efficiency": "d_model",
     "notebooks/09_language_model": "采样设置",
+    "notebooks/11_memory_precision": "批大小 B",
     "notebooks/13_serving": "引擎步",
 }
 

@@ -12,7 +12,8 @@ import numpy as np
 
 from tformer_lib.plotting._common import new_figure
 
-__all__ = ["plot_memory_account", "plot_precision_losses", "plot_profile"]
+__all__ = ["plot_memory_account", "plot_precision_losses", "plot_profile", "plot_step_times", "plot_mfu",
+           "plot_training_memory"]
 
 #: 账本各项的中文名（没列出的键原样显示）
 PART_LABELS = {
@@ -110,3 +111,78 @@ def plot_profile(rows: Sequence[Mapping], *, title: str | None = None, ax=None):
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title or "一个训练步里最耗时的算子")
     return fig
+
+
+def plot_step_times(times: Mapping[str, Sequence[float]], *, reference: str | None = None, title: str | None = None):
+    """交替计时的每轮步时（秒）：每个做法一列点与中位数横线，图注写出各做法中位数与 ``reference`` 的比。
+
+    ``times``：``{做法名: [每轮秒数, …]}``，例如“不重算”与“激活重算”轮流各跑一步、记下的时间。
+    比值只在同一次运行里有意义（机器负载会变），所以只画在图上，不写进正文。
+    """
+    if not times:
+        raise ValueError("times 为空：应是 {做法名: [每轮秒数, …]}")
+    names = list(times)
+    reference = names[0] if reference is None else reference
+    if reference not in times:
+        raise ValueError(f"times 里没有参照 {reference!r}：收到 {names}")
+    for name, values in times.items():
+        if len(values) == 0:
+            raise ValueError(f"times[{name!r}] 为空：至少要有一轮计时")
+    medians = {name: float(np.median(np.asarray(v, dtype=float))) for name, v in times.items()}
+    fig, ax = new_figure((6.4, 3.4))
+    for i, name in enumerate(names):
+        y = np.asarray(times[name], dtype=float) * 1000
+        x = np.full(len(y), i) + np.linspace(-0.12, 0.12, len(y))
+        ax.scatter(x, y, s=14, alpha=0.7, color=_COLORS[i % len(_COLORS)])
+        ax.hlines(medians[name] * 1000, i - 0.25, i + 0.25, color="#333333", lw=2)
+        ratio = medians[name] / medians[reference]
+        label = f"中位数 {medians[name] * 1000:.0f} ms" + ("" if name == reference else f"（{ratio:.2f}×）")
+        ax.text(i + 0.28, medians[name] * 1000, label, va="center", fontsize=8)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlim(-0.5, len(names) - 0.5 + 0.6)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("每步耗时（毫秒）")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(title or "交替计时的训练步耗时（每个点一轮）")
+    return fig
+
+
+def plot_mfu(achieved: float, peak: float, *, title: str | None = None):
+    """训练步实际达到的 FLOP/s 与同一台机器上实测的矩阵乘法“峰值”并排，图注写出 MFU = 二者之比。
+
+    两个数都是同一次运行里现测的；它们随负载变化，所以只画在图上（:mod:`tformer_lib.profiling`）。
+    """
+    for name, value in (("achieved", achieved), ("peak", peak)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{name} 应为正数（FLOP/s），收到 {value!r}")
+    fig, ax = new_figure((6.4, 2.3))
+    labels = ["大方阵乘法（峰值）", "一个训练步"]
+    values = np.array([peak, achieved]) / 1e9
+    ax.barh(labels, values, color=["#7f7f7f", "#1f77b4"])
+    for y, v in enumerate(values):
+        ax.text(v, y, f" {v:.1f} GFLOP/s", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, values.max() * 1.3)
+    ax.set_xlabel("每秒浮点运算次数（GFLOP/s，单线程）")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title or f"MFU = 训练步 ÷ 峰值 = {achieved / peak:.2f}")
+    return fig
+
+
+def plot_training_memory(config, n_params: int, batch: int, length: int, *, unit: float = 2**20,
+                         title: str | None = None):
+    """一个训练步的账本（公式）：同一模型、同一批，“不重算”与“激活重算”两根条（fp32 模型状态 + 激活各项）。
+
+    第 11 章探索器的一帧（:func:`tformer_lib.widgets.memory.memory_explorer`）；``config`` 是
+    :class:`~tformer_lib.lm.LMConfig`，``n_params`` 是参数个数（:func:`~tformer_lib.memory.parameter_count`）。
+    """
+    from tformer_lib.memory import lm_activation_bytes, model_state_bytes
+
+    states = model_state_bytes(n_params, "fp32")
+    path = "SDPA 快速路径" if config.fast_attention else "显式注意力"
+    accounts = {
+        "不重算": {**states, **lm_activation_bytes(config, batch, length)},
+        "激活重算": {**states, **lm_activation_bytes(config, batch, length, checkpointing=True)},
+    }
+    return plot_memory_account(accounts, unit=unit,
+                               title=title or f"批大小 B = {batch}，长度 T = {length}（{path}，float32）")
