@@ -13,6 +13,10 @@
 (1/p)Σ_r ∇ℓ^(r) = (1/N)Σ_i ∇ℓ_i = ∇L，与单进程整批是同一个量，任何 PAD 分布下都成立（测试用不均匀的 PAD）。
 手写 all-reduce 与 DDP 都用它（DDP 也是求平均）；与 :class:`~tformer_lib.parallel.DistributedLMTrainer` 同一个做法。
 
+容差（torch 2.13、CPU/gloo、2 个进程，小 LM、AdamW lr 1e-2、4 步、PAD 不均匀）：与单进程整批的损失相对差
+≤ 1e-5（实测 6e-8），参数 ≤ 5e-5（实测 1.7e-5，全在 W^K 的偏置上——真实梯度恒为 0，舍入噪声被 Adam 的归一化
+放大；其余参数 ≤ 1.3e-6）。
+
 每个进程取哪些样本由 ``DistributedSampler`` 决定（:func:`rank_batches`）：每个 epoch 按种子打乱一次，
 rank r 拿走第 r, r+p, r+2p, … 个；只有 rank 0 打印与保存检查点（:func:`~tformer_lib.parallel.launch.is_rank0`）。
 """
