@@ -1,0 +1,139 @@
+"""第 12 章检查器的用例：参考答案（与 notebooks/solutions/12_solutions.ipynb 一致）和已知错误答案。"""
+
+import torch
+import torch.distributed as dist
+
+from checkers import Case, Wrong
+from tformer_lib.exercises.ch12 import (
+    buggy_allreduce_gradients,
+    check_allreduce_gradients,
+    check_bubble_fraction,
+    check_peak_in_flight,
+    check_ring_allreduce_bytes,
+    check_zero_bytes,
+)
+from tformer_lib.parallel import allreduce_gradients, bubble_fraction, zero_bytes_per_rank
+from tformer_lib.parallel.comm import ring_all_reduce_bytes
+from tformer_lib.parallel.schedule import ideal_schedule, peak_in_flight
+
+
+# ---- 练习 1（推导并核对）：reduce-scatter 与 all-gather 各 p−1 轮，每轮 N/p 个元素 ----
+def ref_ring_allreduce_bytes(n_elements, world_size, element_bytes):
+    return 2 * (world_size - 1) / world_size * n_elements * element_bytes
+
+
+RING = Case(check_ring_allreduce_bytes, ref_ring_allreduce_bytes, returns="number",
+            also_correct=[lambda n, p, b: 2 * (p - 1) * (n // p) * b], wrong=[
+    Wrong("hard_coded", lambda n, p, b: 4_000_000),
+    Wrong("one_pass", lambda n, p, b: (p - 1) / p * n * b, key="one_pass"),
+    Wrong("whole_tensor", lambda n, p, b: 2 * (p - 1) * n * b, key="whole_tensor"),
+    Wrong("elements", lambda n, p, b: 2 * (p - 1) / p * n, key="elements"),
+    Wrong("limit", lambda n, p, b: 2 * n * b, key="limit"),
+    Wrong("library_call", lambda n, p, b: ring_all_reduce_bytes(n * b, p), key="library_call"),
+])
+
+
+# ---- 练习 2（推导并核对）：阶段 ≥1 切优化器状态（8N），≥2 切梯度（4N），3 切参数（4N） ----
+def ref_zero_bytes(n_params, world_size, stage):
+    params = 4 * n_params / (world_size if stage >= 3 else 1)
+    grads = 4 * n_params / (world_size if stage >= 2 else 1)
+    optimizer = 8 * n_params / (world_size if stage >= 1 else 1)
+    return params + grads + optimizer
+
+
+ZERO = Case(check_zero_bytes, ref_zero_bytes, returns="number",
+            also_correct=[lambda n, p, k: [16 * n, 8 * n + 8 * n / p, 4 * n + 12 * n / p, 16 * n / p][k]], wrong=[
+    Wrong("hard_coded", lambda n, p, k: 16 * 1_000_000 / 2),
+    Wrong("all_sharded", lambda n, p, k: 16 * n / p, key="all_sharded"),
+    Wrong("stage_off_by_one", lambda n, p, k: ref_zero_bytes(n, p, min(k + 1, 3)), key="stage_off_by_one"),
+    Wrong("one_moment", lambda n, p, k: ref_zero_bytes(n, p, k) - 4 * n / (p if k >= 1 else 1), key="one_moment"),
+    Wrong("library_call", lambda n, p, k: zero_bytes_per_rank(n, p, k)["total"], key="library_call"),
+])
+
+
+# ---- 练习 3（找错）：求和之后还要除以进程数 ----
+def ref_allreduce_gradients(model):
+    world_size = dist.get_world_size()
+    for p in model.parameters():
+        if p.grad is None:
+            continue
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # Σ_r grad_r
+        p.grad /= world_size  # 平均
+    return model
+
+
+def _divide_first(model):
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad /= dist.get_world_size()  # 先除再加，也对
+            dist.all_reduce(p.grad)
+    return model
+
+
+def _divide_by_two(model):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad /= 2  # 写死了本章例子的 2 个进程
+    return model
+
+
+def _local_only(model):
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad /= dist.get_world_size()  # 忘了 all_reduce
+    return model
+
+
+ALLREDUCE = Case(check_allreduce_gradients, ref_allreduce_gradients, also_correct=[_divide_first], wrong=[
+    Wrong("hard_coded", _divide_by_two, key="hard_coded_world_size"),
+    Wrong("the_bug", buggy_allreduce_gradients, key="sum_not_mean"),
+    Wrong("local_only", _local_only, key="no_all_reduce"),
+    Wrong("library_call", lambda model: allreduce_gradients(model) and model, key="library_call"),
+])
+
+
+# ---- 练习 4（预测再验证）：每段忙 m 格、空 p−1 格 ----
+def ref_bubble(stages, micro_batches):
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def _measured_bubble(stages, micro_batches):  # 另一种对的做法：自己在理想时间线上量
+    events = ideal_schedule("gpipe", stages, micro_batches)
+    span = max(e.end for e in events) - min(e.start for e in events)
+    return 1 - sum(e.end - e.start for e in events) / (stages * span)
+
+
+BUBBLE = Case(check_bubble_fraction, ref_bubble, returns="number", also_correct=[_measured_bubble], wrong=[
+    Wrong("hard_coded", lambda p, m: 0.2),
+    Wrong("over_useful", lambda p, m: (p - 1) / m, key="over_useful"),
+    Wrong("denominator", lambda p, m: (p - 1) / (m + p), key="denominator"),
+    Wrong("busy", lambda p, m: m / (m + p - 1), key="busy"),
+    Wrong("library_call", lambda p, m: bubble_fraction(p, m), key="library_call"),
+])
+
+
+# ---- 练习 5（扩展）：GPipe 存 m 份，1F1B 的第 s 段存 min(p−s, m) 份 ----
+def ref_peak_in_flight(schedule, stages, micro_batches, stage):
+    return micro_batches if schedule == "gpipe" else min(stages - stage, micro_batches)
+
+
+def _count_in_flight(schedule, stages, micro_batches, stage):  # 另一种对的做法：在理想时间线上自己数
+    mine = [e for e in ideal_schedule(schedule, stages, micro_batches) if e.rank == stage]
+    points = sorted([(e.start, 1) for e in mine if e.kind == "F"] + [(e.end, -1) for e in mine if e.kind == "B"])
+    live = peak = 0
+    for _, delta in points:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+PEAK = Case(check_peak_in_flight, ref_peak_in_flight, returns="int", also_correct=[_count_in_flight], wrong=[
+    Wrong("hard_coded", lambda k, p, m, s: 2),
+    Wrong("1f1b_as_gpipe", lambda k, p, m, s: m, key="1f1b_as_gpipe"),
+    Wrong("ignores_stage", lambda k, p, m, s: m if k == "gpipe" else min(p, m), key="ignores_stage"),
+    Wrong("no_min", lambda k, p, m, s: m if k == "gpipe" else p - s, key="no_min"),
+    Wrong("library_call", lambda k, p, m, s: peak_in_flight(ideal_schedule(k, p, m))[s], key="library_call"),
+])
+
+CASES = [RING, ZERO, ALLREDUCE, BUBBLE, PEAK]

@@ -1,0 +1,61 @@
+"""第 12 章检查器的机关：库函数在读者的函数运行期间被禁用（之后原样恢复）；笔记本里（``__main__``）定义的函数
+连同它用到的辅助函数、闭包与模块被送进子进程，“找错”题的检查器真的在 3 个 gloo 进程里运行它。"""
+
+import types
+
+import pytest
+
+from tformer_lib.exercises import ch12
+from tformer_lib.parallel.comm import ring_all_reduce_bytes
+from tformer_lib.parallel.pipeline import bubble_fraction
+
+NOTEBOOK_CELL = '''
+import torch.distributed as dist
+
+def _world():
+    return dist.get_world_size()
+
+def make(scale):
+    def fixed(model):
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad *= scale / _world()
+        return model
+    return fixed
+
+allreduce_fixed = make(1.0)
+'''
+
+
+def _notebook_namespace():
+    ns = {"__name__": "__main__"}
+    exec(compile(NOTEBOOK_CELL, "<ipython-input-1>", "exec"), ns)  # 像笔记本的单元格：模块名是 __main__
+    return ns
+
+
+def test_forbidden_library_functions_raise_inside_and_are_restored_after():
+    code = bubble_fraction.__code__
+    with pytest.raises(RuntimeError, match="forbidden-library-call:bubble_fraction"):
+        with ch12._forbid(bubble_fraction, ring_all_reduce_bytes):
+            bubble_fraction(2, 4)
+    assert bubble_fraction.__code__ is code and bubble_fraction(2, 4) == pytest.approx(0.2)
+    assert ring_all_reduce_bytes(8, 2) == 8
+
+
+def test_a_notebook_function_with_helpers_and_closures_survives_shipping():
+    ns = _notebook_namespace()
+    shipped = ch12._ship(ns["allreduce_fixed"])
+    assert shipped[0] == "code"  # __main__ 里的函数不能按名字导入，送的是字节码
+    fn = ch12._unship(shipped)
+    assert isinstance(fn, types.FunctionType) and fn.__closure__[0].cell_contents == 1.0
+    assert fn.__globals__["_world"].__code__.co_code == ns["_world"].__code__.co_code
+    assert fn.__globals__["dist"].__name__ == "torch.distributed"
+
+
+def test_allreduce_checker_runs_a_notebook_function_in_three_processes(capsys):
+    ns = _notebook_namespace()
+    assert ch12.check_allreduce_gradients(ns["allreduce_fixed"]).passed
+    wrong = ch12.check_allreduce_gradients(ns["make"](2.0))  # 平均的 2 倍
+    assert wrong.status == "failed" and wrong.mistake == "values"
+    capsys.readouterr()

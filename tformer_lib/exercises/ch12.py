@@ -1,0 +1,489 @@
+"""第 12 章（分布式训练）练习的检查器，和“找错”题里那段有错的代码。
+
+- :func:`check_ring_allreduce_bytes`（推导并核对）：环形 all-reduce 里每个进程发出多少字节——与检查器里一个真的
+  逐轮模拟的环（reduce-scatter + all-gather，数出每个进程发出的字节，并核对求和结果）比较；
+- :func:`check_zero_bytes`（推导并核对）：ZeRO 阶段 k 每个进程存多少字节的模型状态（fp32 + AdamW）；
+- :func:`buggy_allreduce_gradients` + :func:`check_allreduce_gradients`（找错）：手写的梯度同步只求和、没有取平均——
+  检查器真的起 3 个进程（gloo），在小模型上用读者改好的函数同步梯度，与单进程整批的梯度比较；
+- :func:`check_bubble_fraction`（预测再验证）：p 段、m 个微批时流水线的空闲比例——与理想调度的时间线
+  （GPipe 与 1F1B、随机的反向耗时）量出来的空闲比例比较；
+- :func:`check_peak_in_flight`（扩展）：GPipe 与 1F1B 里第 s 段最多同时存几个微批的激活——与理想时间线数出来的比较。
+
+每个检查器都在多组随机情形上调用读者的函数（写死的答案过不了）；库里直接给出答案的函数（例如
+:func:`~tformer_lib.parallel.comm.ring_all_reduce_bytes`、:func:`~tformer_lib.parallel.pipeline.bubble_fraction`）
+在读者的函数运行期间被“禁用”：调用它们得到“❌ 这道题要你自己推导”。桩（stub）→ “⏳ 尚未完成”，不抛异常。
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import marshal
+import pickle
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from tformer_lib.exercises._core import (
+    CheckResult,
+    Mistake,
+    Variant,
+    as_int,
+    compare_number,
+    draw_choice,
+    draw_int,
+    raised_by_student,
+    random_cases,
+    run_checks,
+    student_code,
+)
+
+__all__ = [
+    "check_ring_allreduce_bytes",
+    "check_zero_bytes",
+    "buggy_allreduce_gradients",
+    "check_allreduce_gradients",
+    "check_bubble_fraction",
+    "check_peak_in_flight",
+]
+
+# ---- 禁用库里直接给出答案的函数 --------------------------------------------------------------------------
+
+_FORBIDDEN = "tformer:forbidden-library-call:"
+
+
+def _blocked(*args, **kwargs):
+    raise RuntimeError("tformer:forbidden-library-call:NAME")
+
+
+@contextlib.contextmanager
+def _forbid(*functions) -> Iterator[None]:
+    """在这段代码里，``functions`` 里的每个函数（不论读者用什么名字引用它）一调用就抛出带标记的 RuntimeError。
+
+    做法是临时换掉函数对象的 ``__code__``：``from … import f`` 得到的别名指向同一个函数对象，也一样被禁用。
+    """
+    saved = [(f, f.__code__) for f in functions]
+    try:
+        for f in functions:
+            consts = tuple(_FORBIDDEN + f.__name__ if c == _FORBIDDEN + "NAME" else c
+                           for c in _blocked.__code__.co_consts)
+            f.__code__ = _blocked.__code__.replace(co_consts=consts, co_name=f.__name__)
+        yield
+    finally:
+        for f, code in saved:
+            f.__code__ = code
+
+
+def _forbidden_name(exc: BaseException) -> str | None:
+    text = str(exc)
+    return text[len(_FORBIDDEN):] if isinstance(exc, RuntimeError) and text.startswith(_FORBIDDEN) else None
+
+
+def _library_mistake(name: str) -> Mistake:
+    return Mistake(f"这道题要你自己推导：不要调用库里的 {name}（检查期间它被禁用了）。"
+                   "用本章推出的公式写出你的答案", key="library_call")
+
+
+def _call(f: Callable[..., Any], functions, *args):
+    """在禁用 ``functions`` 的情况下调用（已包装的）读者函数；读者调用了被禁用的函数 → ❌ library_call。"""
+    try:
+        with _forbid(*functions):
+            return f(*args)
+    except RuntimeError as exc:
+        name = _forbidden_name(exc)
+        if name is not None:
+            raise _library_mistake(name) from None
+        raise
+
+
+# ---- 推导并核对：环形 all-reduce 每个进程发出的字节 ------------------------------------------------------
+
+
+def _simulate_ring(tensors: list[torch.Tensor]) -> list[int]:
+    """逐轮模拟环形 all-reduce：返回每个进程发出的字节数，并核对每个进程最后都得到总和。
+
+    第一趟 reduce-scatter：p−1 轮，每轮 rank r 把第 (r−k) mod p 块发给 r+1，对方加到自己那块上；之后 rank r 手里的
+    第 (r+1) mod p 块是全体之和。第二趟 all-gather：p−1 轮，把求好和的块沿环传下去（对方直接覆盖）。
+    """
+    p = len(tensors)
+    chunks = [list(t.clone().chunk(p)) for t in tensors]
+    sent = [0] * p
+    for shift in (0, 1):  # 0：reduce-scatter（相加），1：all-gather（覆盖）
+        for k in range(p - 1):
+            messages = [(r, (r + shift - k) % p, chunks[r][(r + shift - k) % p].clone()) for r in range(p)]
+            for r, c, data in messages:
+                sent[r] += data.numel() * data.element_size()
+                if shift == 0:
+                    chunks[(r + 1) % p][c] += data
+                else:
+                    chunks[(r + 1) % p][c] = data
+    total = torch.stack(tensors).sum(0)
+    for ch in chunks:  # 检查器自己的核对：模拟的环确实算出了总和
+        if not torch.allclose(torch.cat(ch).double(), total.double(), atol=1e-3):
+            raise RuntimeError("环形 all-reduce 的模拟没有得到总和")
+    return sent
+
+
+def check_ring_allreduce_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(n_elements, world_size, element_bytes) -> 数``：对一个 ``n_elements`` 个元素（每个
+    ``element_bytes`` 字节）的张量做环形 all-reduce，每个进程一共**发出**多少字节。
+
+    与逐轮模拟的环（:func:`_simulate_ring`，真的切块、传递、求和）数出来的字节比较；n_elements 取 p 的倍数。
+    检查期间库里的 ``ring_all_reduce_bytes`` 被禁用。
+    """
+    from tformer_lib.parallel.comm import ring_all_reduce_bytes
+
+    dtypes = {2: torch.float16, 4: torch.float32, 8: torch.float64}
+
+    def cases(f):
+        for i, g in enumerate(random_cases(8, seed=121)):
+            p = (4, 8, 2)[i] if i < 3 else draw_int(g, 2, 12)  # 第一组 p=4、4 字节：各种错误写法的值互不相同
+            b = 4 if i == 0 else draw_choice(g, (2, 4, 8))
+            small = p * draw_int(g, 1, 12)
+            sent = _simulate_ring([torch.randint(-4, 5, (small,), generator=g).to(dtypes[b]) for _ in range(p)])
+            n = small if i % 2 == 0 else p * draw_int(g, 10_000, 2_000_000)  # 大的 n：按每个元素的字节数放大
+            want = sent[0] / small * n
+            call = f"ring_allreduce_bytes(n_elements={n}, world_size={p}, element_bytes={b})"
+            compare_number(_call(f, (ring_all_reduce_bytes,), n, p, b), want, what=f"{call} 的返回值", variants=[
+                Variant("one_pass", "只算了一趟：环形 all-reduce 先 reduce-scatter、再 all-gather，两趟各 p−1 轮",
+                        (p - 1) / p * n * b),
+                Variant("whole_tensor", "每一轮只发 1/p 块，而不是整个张量", 2 * (p - 1) * n * b),
+                Variant("naive", "那是每个进程把整个张量直接发给其余 p−1 个进程；环形每轮只发 1/p", (p - 1) * n * b),
+                Variant("elements", "算出的是元素个数，还要乘每个元素的字节数 element_bytes", 2 * (p - 1) / p * n),
+                Variant("limit", "2N 是 p→∞ 时的极限；p 有限时是 2(p−1)/p·N", 2 * n * b),
+            ], default_hint=f"{call}：逐轮模拟的环里每个进程发出 {want:.6g} 字节")
+
+    return run_checks("环形 all-reduce 每个进程发出的字节", fn, [("8 组随机的 n、p 与元素字节数，对照逐轮模拟", cases)],
+                      verbose=verbose)
+
+
+# ---- 推导并核对：ZeRO 各阶段每个进程的字节 ---------------------------------------------------------------
+
+
+def _zero_parts(n: int, p: int, stage: int) -> tuple[float, float, float]:
+    """fp32 + AdamW：参数 4、梯度 4、两个矩 8 字节；阶段 ≥1 切优化器状态、≥2 切梯度、3 切参数。"""
+    return 4 * n / (p if stage >= 3 else 1), 4 * n / (p if stage >= 2 else 1), 8 * n / (p if stage >= 1 else 1)
+
+
+def check_zero_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(n_params, world_size, stage) -> 数``：fp32 + AdamW 训练、ZeRO 阶段 ``stage``（0–3）时，每个进程存的
+    模型状态（参数 + 梯度 + Adam 的两个矩）一共多少字节。检查期间库里的 ``zero_bytes_per_rank`` 被禁用。"""
+    from tformer_lib.parallel.zero import zero_bytes_per_rank
+
+    def cases(f):
+        for i, g in enumerate(random_cases(12, seed=122)):
+            stage = i % 4 if i < 8 else draw_int(g, 0, 3)
+            p, n = draw_int(g, 2, 64), draw_int(g, 1_000, 50_000_000)
+            params, grads, optim = _zero_parts(n, p, stage)
+            want = params + grads + optim
+            call = f"zero_bytes(n_params={n}, world_size={p}, stage={stage})"
+            variants = [
+                Variant("all_sharded", "只有阶段 3 才把三样都切开；低的阶段只切一部分", 16 * n / p),
+                Variant("nothing_sharded", "ZeRO 的意义就是切开：阶段 1 起优化器状态只存 1/p", 16 * n),
+                Variant("one_moment", "Adam 有两个矩 m 与 v：优化器状态每个参数 8 字节", params + grads + optim / 2),
+                Variant("elements", "算出的是元素个数，还要乘每个参数的字节数", want / 4),
+            ]
+            if stage < 3:
+                variants.append(Variant("stage_off_by_one", f"这是阶段 {stage + 1} 的值：阶段 1 只切优化器状态、阶段 2 再切梯度、"
+                                        "阶段 3 再切参数", sum(_zero_parts(n, p, stage + 1))))
+            if stage > 0:
+                variants.append(Variant("stage_off_by_one", f"这是阶段 {stage - 1} 的值：阶段 1 只切优化器状态、阶段 2 再切梯度、"
+                                        "阶段 3 再切参数", sum(_zero_parts(n, p, stage - 1))))
+            compare_number(_call(f, (zero_bytes_per_rank,), n, p, stage), want, what=f"{call} 的返回值",
+                           variants=[v for v in variants if abs(v.value - want) > 1e-6 * want],
+                           default_hint=f"{call} 应为 {want:.6g} 字节：参数 {params:.6g} + 梯度 {grads:.6g} + "
+                                        f"优化器状态 {optim:.6g}")
+
+    return run_checks("ZeRO 每个进程的模型状态字节", fn, [("12 组随机的 n、p，四个阶段都有", cases)], verbose=verbose)
+
+
+# ---- 找错：梯度同步只求和、没有平均 ----------------------------------------------------------------------
+
+
+def buggy_allreduce_gradients(model: nn.Module) -> nn.Module:
+    """一个有错的手写梯度同步（第 12 章“找错”练习用，不要在别处使用）：应让每个进程得到所有进程梯度的**平均**。"""
+    for p in model.parameters():
+        if p.grad is None:
+            continue
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # 每个进程都得到 Σ_r grad_r
+    return model
+
+
+_WORLD = 3  # 3 个进程：写死“除以 2”的答案在这里不对
+
+
+def _tiny_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
+    model.append(nn.Linear(3, 3)).requires_grad_(True)
+    model[3].bias.requires_grad_(False)  # 一个不训练的参数：它的 grad 是 None
+    return model
+
+
+def _grad_case(seed: int, per_rank: int, rank: int, world_size: int):
+    """第 ``seed`` 组：模型、整批 ``per_rank × world_size`` 行数据；rank 的那一份是第 rank 个连续的 ``per_rank`` 行，
+    ``rank = -1`` 表示一个进程用整批。返回反向之后的模型（梯度在 ``p.grad`` 里）。"""
+    model = _tiny_model(seed)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(per_rank * world_size, 5, generator=g)
+    y = torch.randn(per_rank * world_size, 3, generator=g)
+    rows = slice(rank * per_rank, (rank + 1) * per_rank) if rank >= 0 else slice(None)
+    loss = ((model(x[rows]) - y[rows]) ** 2).mean()  # 批内平均
+    loss.backward()
+    return model
+
+
+def _grads(model: nn.Module) -> dict[str, torch.Tensor | None]:
+    return {k: (None if p.grad is None else p.grad.detach().clone()) for k, p in model.named_parameters()}
+
+
+# 把读者的函数送进子进程：笔记本里定义的函数不能按名字导入（spawn 出的进程里没有那个 __main__），
+# 所以送它的字节码（marshal）、默认值、闭包与用到的全局名字（模块按名字、其余能 pickle 的按值）。
+
+def _ship(obj: Any, depth: int = 0) -> tuple:
+    if isinstance(obj, types.ModuleType):
+        return ("module", obj.__name__)
+    if isinstance(obj, types.FunctionType):
+        if obj.__module__ not in (None, "__main__") and "<" not in obj.__qualname__:
+            try:
+                if pickle.loads(pickle.dumps(obj)) is obj:
+                    return ("pickle", pickle.dumps(obj))
+            except Exception:  # noqa: BLE001 — 不能按名字 pickle 就送字节码
+                pass
+        if depth > 4:
+            return ("missing",)
+        code = obj.__code__
+        names: set[str] = set()
+        stack = [code]
+        while stack:  # 嵌套的函数、推导式里用到的名字也要
+            c = stack.pop()
+            names.update(c.co_names)
+            stack += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+        glob = {}
+        for name in sorted(names):
+            if name in obj.__globals__:
+                value = obj.__globals__[name]
+                glob[name] = ("self",) if value is obj else _ship(value, depth + 1)
+        closure = [_ship(cell.cell_contents, depth + 1) for cell in obj.__closure__ or ()]
+        defaults = [_ship(v, depth + 1) for v in obj.__defaults__ or ()]
+        kwdefaults = {k: _ship(v, depth + 1) for k, v in (obj.__kwdefaults__ or {}).items()}
+        return ("code", marshal.dumps(code), obj.__name__, glob, closure, defaults, kwdefaults)
+    try:
+        return ("pickle", pickle.dumps(obj))
+    except Exception:  # noqa: BLE001 — 送不过去的值就不送（读者的函数用到它时会得到 NameError）
+        return ("missing",)
+
+
+_MISSING = object()
+
+
+def _unship(item: tuple) -> Any:
+    kind = item[0]
+    if kind == "module":
+        import importlib
+
+        return importlib.import_module(item[1])
+    if kind == "pickle":
+        return pickle.loads(item[1])
+    if kind == "missing":
+        return _MISSING
+    _, code, name, glob, closure, defaults, kwdefaults = item
+    ns: dict[str, Any] = {"__builtins__": builtins, "__name__": "__reader__"}
+    selfs = []
+    for k, v in glob.items():
+        if v[0] == "self":
+            selfs.append(k)
+            continue
+        value = _unship(v)
+        if value is not _MISSING:
+            ns[k] = value
+    cells = tuple(types.CellType(_unship(c)) for c in closure)
+    fn = types.FunctionType(marshal.loads(code), ns, name, tuple(_unship(d) for d in defaults) or None, cells or None)
+    fn.__kwdefaults__ = {k: _unship(v) for k, v in kwdefaults.items()} or None
+    for k in selfs:
+        ns[k] = fn
+    return fn
+
+
+def _allreduce_worker(rank: int, world_size: int, shipped: tuple, cases: list[tuple[int, int]]) -> dict:
+    """子进程里：对每组情形算出本进程那一份数据的梯度，调用读者的函数，交回同步后的梯度（和同步前的，用来认错）。"""
+    from tformer_lib.parallel import data_parallel
+
+    try:
+        fn = _unship(shipped)
+    except Exception as exc:  # noqa: BLE001 — 送不过去是检查器的问题
+        return {"status": "ship_error", "text": f"{type(exc).__name__}: {exc}"}
+    out = []
+    for seed, per_rank in cases:
+        model = _grad_case(seed, per_rank, rank, world_size)
+        local = _grads(model)
+        try:
+            with _forbid(data_parallel.allreduce_gradients):
+                returned = fn(model)
+        except NotImplementedError:
+            return {"status": "pending"}
+        except Exception as exc:  # noqa: BLE001 — 读者函数的异常原样报回
+            return {"status": "exception", "type": type(exc).__name__, "text": str(exc).strip(),
+                    "forbidden": _forbidden_name(exc)}
+        if returned is None:
+            return {"status": "none"}
+        out.append({"local": local, "synced": _grads(model)})
+    return {"status": "ok", "cases": out}
+
+
+def _needs_process_group(exc: BaseException) -> bool:
+    text = str(exc)
+    return "process group" in text or "init_process_group" in text
+
+
+def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, timeout: float = 90.0) -> CheckResult:
+    """检查改好的 ``fn(model) -> model``：在每个进程里把 ``model`` 每个参数的梯度换成**所有进程梯度的平均**。
+
+    真的起 3 个进程（gloo，:func:`~tformer_lib.parallel.launch.launch`）：每个进程用同一个小模型、整批数据里自己的
+    那一份算出梯度，调用 ``fn(model)``，再与一个进程用整批算出的梯度比较（4 组随机的模型与批大小）。
+    读者的函数先在本进程里试调一次：还是桩时立刻 ⏳，不起进程。检查期间库里的 ``allreduce_gradients`` 被禁用。
+    """
+    from tformer_lib.parallel.launch import DistributedError, launch
+
+    cases_ = [(1201 + k, 1 + k % 3) for k in range(4)]
+
+    def synced(f):
+        try:  # 本进程里试调：桩 → ⏳、忘了 return → ❌，都不必起进程；没有进程组的报错是预料之中的
+            f(_grad_case(0, 2, -1, 1))
+        except Exception as exc:
+            if not (raised_by_student(exc) and _needs_process_group(exc)):
+                raise
+        try:
+            results = launch(_allreduce_worker, _WORLD, (_ship(fn), cases_), timeout=timeout)
+        except DistributedError as exc:
+            if "timeout" in str(exc):
+                raise Mistake(f"{_WORLD} 个进程没有在 {timeout:g} 秒内全部完成：是不是只有部分进程调用了 all_reduce，"
+                              "或者各进程调用的次数、张量形状不一样？集合通信要每个进程都参加", key="timeout") from None
+            raise RuntimeError(f"起进程失败：{str(exc).splitlines()[0]}") from None
+        for rank, res in enumerate(results):
+            status = res["status"]
+            if status == "ship_error":
+                raise RuntimeError(f"没能把你的函数送进子进程（{res['text']}）")
+            if status == "pending":
+                with student_code():
+                    raise NotImplementedError
+            if status == "none":
+                raise Mistake("函数返回了 None：是不是忘了写 return？把 model return 出来"
+                              "（如果你还没开始做，保留 raise NotImplementedError 即可）", key="returned_none")
+            if status == "exception":
+                if res["forbidden"]:
+                    raise _library_mistake(res["forbidden"])
+                raise Mistake(f"你的函数在 rank {rank} 上抛出了 {res['type']}：{res['text']}", key="exception")
+        for k, (seed, per_rank) in enumerate(cases_):
+            want = _grads(_grad_case(seed, per_rank, -1, _WORLD))  # 一个进程、整批
+            for name, ref in want.items():
+                got = [res["cases"][k]["synced"][name] for res in results]
+                local = [res["cases"][k]["local"][name] for res in results]
+                if ref is None:
+                    continue
+                where = f"第 {k + 1} 组（每个进程 {per_rank} 个样本）参数 {name} 的梯度"
+                if any(g is None for g in got):
+                    raise Mistake(f"{where}变成了 None：不要把梯度置空，就地改写 p.grad", key="values")
+                if all(torch.allclose(g, ref, atol=1e-6, rtol=1e-5) for g in got):
+                    continue
+                if all(torch.allclose(g, _WORLD * ref, atol=1e-6, rtol=1e-5) for g in got):
+                    raise Mistake(f"{where}是整批梯度的 {_WORLD} 倍：all_reduce(SUM) 得到的是各进程梯度之和，"
+                                  "还要除以进程数才是平均", key="sum_not_mean")
+                for d in (2, 4, 8):
+                    if all(torch.allclose(g, _WORLD * ref / d, atol=1e-6, rtol=1e-5) for g in got):
+                        raise Mistake(f"{where}是总和除以 {d}：进程数不要写死，用 dist.get_world_size()"
+                                      f"（这里有 {_WORLD} 个进程）", key="hard_coded_world_size")
+                if all(torch.allclose(g, l, atol=1e-7) or torch.allclose(g, l / _WORLD, atol=1e-7)
+                       for g, l in zip(got, local)):
+                    raise Mistake(f"{where}只用了本进程自己的数据：要先用 dist.all_reduce 把各进程的梯度加起来",
+                                  key="no_all_reduce")
+                if not all(torch.equal(g, got[0]) for g in got):
+                    raise Mistake(f"{where}在各进程上不一样：同步之后每个进程的梯度应完全相同", key="values")
+                raise Mistake(f"{where}与一个进程用整批算出的不一致", key="values")
+
+    return run_checks("手写梯度同步（取平均）", fn, [(f"{_WORLD} 个进程、4 组随机的模型与批大小，对照单进程整批", synced)],
+                      verbose=verbose)
+
+
+# ---- 预测再验证：流水线的气泡 ---------------------------------------------------------------------------
+
+
+def check_bubble_fraction(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(stages, micro_batches) -> 数``：p 段、m 个微批的流水线里，各段合起来空闲的比例。
+
+    与理想调度的时间线（:func:`~tformer_lib.parallel.schedule.ideal_schedule`：GPipe 与 1F1B、随机的反向耗时）
+    量出来的空闲比例比较。检查期间库里的 ``bubble_fraction``、``idle_fraction``、``idle_per_rank`` 被禁用。
+    """
+    from tformer_lib.parallel import schedule as sch
+    from tformer_lib.parallel.pipeline import bubble_fraction
+
+    def cases(f):
+        for i, g in enumerate(random_cases(10, seed=124)):
+            p = draw_int(g, 2, 8)
+            m = draw_int(g, 1, p - 1) if i == 0 else draw_int(g, 1, 32)
+            kind = ("gpipe", "1f1b")[i % 2]
+            t_b = draw_choice(g, (1.0, 2.0, 3.0))
+            events = sch.ideal_schedule(kind, p, m, backward_time=t_b)
+            busy = sum(e.end - e.start for e in events)
+            span = max(e.end for e in events) - min(e.start for e in events)
+            want = 1 - busy / (p * span)
+            call = f"bubble(stages={p}, micro_batches={m})"
+            compare_number(_call(f, (bubble_fraction, sch.idle_fraction, sch.idle_per_rank), p, m), want,
+                           what=f"{call} 的返回值", rtol=1e-6, atol=1e-9, variants=[
+                Variant("over_useful", "(p−1)/m 是气泡时间与有用计算时间之比（GPipe 论文的 O((p−1)/m)）；"
+                        "这里问的是占整段时间的比例，分母是 m+p−1", (p - 1) / m),
+                Variant("denominator", "整段时间是 m+p−1 个“格”（每段忙 m 格、等 p−1 格），分母不是 m+p", (p - 1) / (m + p)),
+                Variant("one_over_m", "气泡随段数 p 变大：每段开头等 p−1 格、末尾也等 p−1 格", 1 / m),
+                Variant("numerator", "每段忙 m 格、空 p−1 格：空闲的是 p−1 格，不是 p 格", p / (m + p - 1)),
+                Variant("busy", "这是忙碌的比例 m/(m+p−1)；问的是空闲的比例", m / (m + p - 1)),
+            ], default_hint=f"{call}：{kind} 理想时间线（反向耗时 {t_b:g}×前向）上量出的空闲比例是 {want:.4f}")
+
+    return run_checks("流水线的气泡比例", fn, [("10 组随机的 p、m，GPipe 与 1F1B，对照理想时间线", cases)], verbose=verbose)
+
+
+# ---- 扩展：1F1B 与 GPipe 各要存几份激活 ------------------------------------------------------------------
+
+
+def check_peak_in_flight(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(schedule, stages, micro_batches, stage) -> int``：调度 ``schedule``（``"gpipe"`` 或 ``"1f1b"``）下，
+    第 ``stage`` 段同时“在飞”（前向做了、反向还没做完，激活得存着）的微批最多几个。
+
+    与理想时间线（:func:`~tformer_lib.parallel.schedule.ideal_schedule`）上数出来的比较；检查期间库里的
+    ``peak_in_flight`` 被禁用。
+    """
+    from tformer_lib.parallel import schedule as sch
+
+    def cases(f):
+        for i, g in enumerate(random_cases(14, seed=125)):
+            kind = ("gpipe", "1f1b")[i % 2]
+            p = draw_int(g, 3, 8)
+            s = draw_int(g, 0, p - 1) if i >= 6 else (0, 0, 0, draw_int(g, 1, p - 1), 0, draw_int(g, 0, p - 2))[i]
+            if i in (1, 3):  # 微批比段多：在飞的个数由段号决定
+                m = p + draw_int(g, 1, 8)
+            elif i == 5:  # 微批比 p−s 少：在飞的不会超过 m
+                m = draw_int(g, 1, p - s - 1)
+            else:
+                m = draw_int(g, 1, 24)
+            want = sch.peak_in_flight(sch.ideal_schedule(kind, p, m))[s]
+            call = f"peak_in_flight(schedule={kind!r}, stages={p}, micro_batches={m}, stage={s})"
+            got = as_int(_call(f, (sch.peak_in_flight,), kind, p, m, s), f"{call} 的返回值")
+            if got == want:
+                continue
+            if kind == "gpipe":
+                hint, key = ("GPipe 先把 m 个前向全做完才开始反向：每段都要同时存 m 份激活", "gpipe")
+            elif got == p - s and m < p - s:
+                hint, key = ("微批只有 m 个时，在飞的也不可能超过 m 个", "no_min")
+            elif got == m:
+                hint, key = ("1F1B 不是先做完全部前向：第 s 段预热 p−1−s 个前向后就一前一后交替，反向做完一个就释放一份", "1f1b_as_gpipe")
+            elif got == p:
+                hint, key = ("越靠后的段预热越短：第 s 段只预热 p−1−s 个前向，再加上稳态里正在做的那一个", "ignores_stage")
+            else:
+                hint, key = (f"在理想时间线上数一数：第 {s} 段最多同时有 {want} 个微批的前向做了、反向还没做完", "values")
+            raise Mistake(f"{call} 返回 {got}，应为 {want}。{hint}", key=key)
+
+    return run_checks("流水线每段最多存几份激活", fn, [("14 组随机的调度、p、m 与段号，对照理想时间线", cases)],
+                      verbose=verbose)
