@@ -60,6 +60,9 @@ def test_slot_timeline_from_a_real_engine_and_static_rows(render):
     assert titles[0] == "静态批处理：10 步，槽位利用率 75%"
     assert titles[1].startswith(f"连续批处理：{stats['steps']} 步")
     render(plot_slot_timeline(continuous))  # 只给一份也行
+    handover = [[(0, 0)], [(0, 0), (1, 0)]]  # 同一步里槽位 0 换了人：画成两个半格，只算一格占用
+    assert slot_utilization(handover, 1) == {"steps": 2, "busy": 2, "utilization": 1.0}
+    render(plot_slot_timeline(handover))
     with pytest.raises(ValueError, match="三个请求"):
         plot_slot_timeline([[(0, 0)], [(0, 0)], [(0, 0)]])
     with pytest.raises(TypeError, match="步, 槽位"):

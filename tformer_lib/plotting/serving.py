@@ -47,8 +47,9 @@ def _check_slot_steps(slot_steps, name: str) -> list[list[tuple[int, int]]]:
 
 
 def _grid(slot_steps: list[list[tuple[int, int]]], max_batch: int | None) -> np.ndarray:
-    """``(槽位, 2·步数)`` 的请求号表（-1 = 空）：每步两格。连续批处理里一个槽位可以在同一步先被解码完的请求用、
-    再被刚预填充的新请求接手——那一步左格是旧请求、右格是新请求；只有一个请求时两格都是它。"""
+    """``(槽位, 2·步数)`` 的请求号表（-1 = 空）：每步两格。调度器若在同一步里先让一条序列结束、再让新请求接手
+    同一个槽位（本书的引擎每步只做一次前向，不会这样；别的调度可能会），那一步左格是旧请求、右格是新请求；
+    只有一个请求时两格都是它。"""
     steps = max((s for r in slot_steps for s, _ in r), default=-1) + 1
     slots = max((b for r in slot_steps for _, b in r), default=-1) + 1
     slots = max(slots, max_batch or 0)
