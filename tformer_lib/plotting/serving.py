@@ -113,7 +113,8 @@ def plot_slot_timeline(timeline: Mapping[str, Sequence] | Sequence, *, max_batch
         full[: grid.shape[0], : grid.shape[1]] = grid
         ax.imshow(full + 1, cmap=cmap, vmin=0, vmax=max(n_requests, 1), aspect="auto", interpolation="nearest",
                   extent=(-0.5, steps - 0.5, slots - 0.5, -0.5))
-        ax.set_xticks(np.arange(-0.5, steps, 1), minor=True)
+        if steps <= 120:  # 步数多时每步一条竖线会糊成一片
+            ax.set_xticks(np.arange(-0.5, steps, 1), minor=True)
         ax.set_yticks(np.arange(-0.5, slots, 1), minor=True)
         ax.grid(which="minor", color="#dddddd", lw=0.4)
         ax.tick_params(which="minor", length=0)
