@@ -96,6 +96,27 @@ def test_sampler_splits_each_global_batch_without_overlap():
         rank_batches(20, 5, 0, 2)
 
 
+def test_bad_run_arguments_are_named():
+    model = make_lm(LMConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, d_ff=8, max_len=8))
+    blocks = torch.randint(4, 10, (8, 5))
+    with pytest.raises(ValueError, match="steps=3 超过了一个 epoch 的步数 2"):
+        train_single_process(model, blocks, 3, 4, 1e-3)
+    with pytest.raises(ValueError, match="steps=3 超过了一个 epoch 的步数 2"):
+        train_data_parallel(model, blocks, 3, 4, 1e-3)  # 起进程之前就报错
+    with pytest.raises(ValueError, match="batch_size 应是正整数，收到 0"):
+        train_single_process(model, blocks, 1, 0, 1e-3)
+    with pytest.raises(ValueError, match="lr 应是有限的正数"):
+        train_single_process(model, blocks, 1, 4, float("nan"))
+    with pytest.raises(TypeError, match="modes 应是写法名的序列"):
+        train_data_parallel(model, blocks, 1, 4, 1e-3, modes="ddp")
+    with pytest.raises(ValueError, match="rank 应是 0 到 world_size-1=1 之间的整数，收到 2"):
+        rank_batches(8, 4, 2, 2)
+    with pytest.raises(ValueError, match="block 应是 2 维张量"):
+        global_mean_lm_loss(model, blocks[0])
+    with pytest.raises(ValueError, match="block 每行至少要 2 个词元"):
+        global_mean_lm_loss(model, blocks[:, :1])
+
+
 def test_bad_mode_is_rejected():
     model = make_lm(LMConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, d_ff=8, max_len=8))
     with pytest.raises(ValueError, match="'zero9'"):

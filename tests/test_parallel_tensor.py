@@ -15,8 +15,10 @@ from tformer_lib.parallel.tensor_parallel import (
     ResidualBlock,
     TensorParallelAttention,
     TensorParallelFFN,
+    column_shard,
     gather_manual_params,
     torch_parallelize_attention,
+    torch_parallelize_ffn,
     tp_grad_worker,
     tp_train_worker,
     train_single_block,
@@ -67,9 +69,11 @@ def test_torch_tensor_parallel_trains_like_the_unsplit_block(mode, activation):
         assert torch.equal(value, before[name]), name
 
 
-@pytest.mark.parametrize("mode", ["torch", "torch_block"])
-def test_torch_tensor_parallel_matches_the_unsplit_block_output_and_gradients(mode):
-    block, x, target, mask = _problem("gelu")
+def test_torch_tensor_parallel_attention_output_gradients_and_local_heads():
+    """一步的输出与梯度（训练测试已覆盖带掩码的情形；这里 mask=None 也要能进 DTensor 的注意力）。"""
+    mode = "torch_block"
+    block, x, target, _ = _problem("gelu")
+    mask = None
     model = ResidualBlock(MultiHeadAttention(16, 4), PositionwiseFeedForward(16, 32, activation="gelu"))
     model.load_state_dict(block.state_dict())
     out = model(x, mask)
@@ -79,8 +83,7 @@ def test_torch_tensor_parallel_matches_the_unsplit_block_output_and_gradients(mo
         assert torch.allclose(r["out"], out.detach(), atol=1e-6)
         for name, p in model.named_parameters():
             assert torch.allclose(r["grads"][name], p.grad, atol=1e-6), name
-    if mode == "torch_block":  # 每个进程只算自己的 h/p = 2 个头
-        assert res[0]["local_weights_shape"] == (3, 2, 5, 5)
+    assert res[0]["local_weights_shape"] == (3, 2, 5, 5)  # 每个进程只算自己的 h/p = 2 个头
 
 
 def test_shapes_that_do_not_divide_are_rejected():
@@ -107,3 +110,21 @@ def test_torch_attention_split_rejects_what_dtensor_cannot_run():
         torch_parallelize_attention(torch.nn.Linear(2, 2), 2)
     with pytest.raises(ValueError, match="mode 应是"):
         tp_grad_worker(0, 2, "megatron", *_problem("gelu"))
+
+
+def test_bad_world_sizes_and_ranks_are_named():
+    with pytest.raises(ValueError, match="world_size 应是正整数，收到 0"):
+        TensorParallelFFN(PositionwiseFeedForward(8, 16), 0, 0)
+    with pytest.raises(TypeError, match="world_size 应是整数"):
+        TensorParallelFFN(PositionwiseFeedForward(8, 16), 0, True)
+    with pytest.raises(ValueError, match="rank 应是 0 到 world_size-1=1 之间的整数，收到 2"):
+        TensorParallelAttention(MultiHeadAttention(8, 4), 2, 2)
+    with pytest.raises(TypeError, match="linear 应是 nn.Linear"):
+        column_shard(torch.nn.Conv1d(2, 2, 1), 0, 2)
+    # 没有进程组时 PyTorch 路径直接说清楚，而不是去读环境变量
+    with pytest.raises(RuntimeError, match="需要先有进程组"):
+        torch_parallelize_ffn(PositionwiseFeedForward(8, 16), 2)
+    with pytest.raises(RuntimeError, match="需要先有进程组"):
+        torch_parallelize_attention(MultiHeadAttention(8, 4), 2)
+    with pytest.raises(ValueError, match="steps 应是正整数，收到 0"):
+        train_single_block(*_problem("gelu"), 0, LR)

@@ -30,6 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
+from .._checks import finite_positive, positive_int, tensor_with_dim
 from ..specials import PAD
 from .comm import record
 from .launch import launch
@@ -57,6 +58,11 @@ def allreduce_gradients(model: nn.Module) -> int:
 
 def rank_batches(n_samples: int, batch_size: int, rank: int, world_size: int, seed: int = 0, epoch: int = 0) -> list[torch.Tensor]:
     """``DistributedSampler`` 给 rank 的每一步样本下标：全局批 ``batch_size``，每个进程 ``batch_size // world_size`` 个。"""
+    positive_int("n_samples", n_samples)
+    positive_int("batch_size", batch_size)
+    positive_int("world_size", world_size)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank 应是 0 到 world_size-1={world_size - 1} 之间的整数，收到 {rank!r}")
     if batch_size % world_size != 0:
         raise ValueError(f"batch_size={batch_size} 不能被进程数 world_size={world_size} 整除")
     sampler = DistributedSampler(range(n_samples), num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
@@ -86,8 +92,11 @@ def global_mean_lm_loss(model, block: torch.Tensor) -> tuple[torch.Tensor, float
     ``loss`` 交给 ``backward``：本进程的损失总和 × p / 全局非 PAD 目标数 N（各进程梯度再求平均，就是
     Σ_r 总和_r / N 的梯度——与一个进程算整批相同，PAD 不均匀也一样）。``value`` 是整批的平均损失
     Σ_r 总和_r / N（各进程相同，用于日志）。为此每步多一次只有两个数的 all-reduce（float64：目标数精确）。
-    没有进程组时 p = 1，就是普通的“总和 / 目标数”。
+    没有进程组时 p = 1，就是普通的“总和 / 目标数”。``block`` 是 ``(b, L+1)`` 的词元块（输入与目标错开一位）。
     """
+    tensor_with_dim("block", block, 2, "(b, L+1)")
+    if block.shape[1] < 2:
+        raise ValueError(f"block 每行至少要 2 个词元（输入与目标错开一位），收到形状 {tuple(block.shape)}")
     inputs, targets = block[:, :-1], block[:, 1:]  # (b, L), (b, L)
     logits = model(inputs)  # (b, L, V)
     total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD, reduction="sum")  # 展平为 (b·L, V)
@@ -107,6 +116,20 @@ def _new_model(config_dict: dict, state: dict):
     model = make_lm(LMConfig.from_dict(config_dict))
     model.load_state_dict(state)
     return model
+
+
+def _check_run(blocks, steps: int, batch_size: int, lr: float, world_size: int) -> None:
+    tensor_with_dim("blocks", blocks, 2, "(n_blocks, L+1)")
+    positive_int("steps", steps)
+    positive_int("batch_size", batch_size)
+    finite_positive("lr", lr)
+    positive_int("world_size", world_size)
+    if batch_size % world_size != 0:
+        raise ValueError(f"batch_size={batch_size} 不能被进程数 world_size={world_size} 整除")
+    available = len(blocks) // batch_size
+    if steps > available:
+        raise ValueError(f"steps={steps} 超过了一个 epoch 的步数 {available}（blocks 有 {len(blocks)} 块、"
+                         f"batch_size={batch_size}）：减少 steps 或多给一些块")
 
 
 def _train(model, optimizer, batches, blocks, steps, sync=None) -> list[float]:
@@ -155,6 +178,7 @@ def train_lm_worker(rank: int, world_size: int, modes, config_dict: dict, state:
 def train_single_process(model, blocks: torch.Tensor, steps: int, batch_size: int, lr: float, world_size: int = 2,
                          seed: int = 0) -> dict:
     """参照：一个进程、整批，数据与 ``world_size`` 个进程的数据并行逐步相同。``model`` 不被修改。"""
+    _check_run(blocks, steps, batch_size, lr, world_size)
     model = _new_model(model.config.to_dict(), model.state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = _train(model, optimizer, global_batches(len(blocks), batch_size, world_size, seed), blocks, steps)
@@ -164,9 +188,12 @@ def train_single_process(model, blocks: torch.Tensor, steps: int, batch_size: in
 def train_data_parallel(model, blocks: torch.Tensor, steps: int, batch_size: int, lr: float, *, world_size: int = 2,
                         modes=DP_MODES, seed: int = 0, timeout: float = 120.0) -> dict:
     """起 ``world_size`` 个进程做数据并行训练（每种 ``modes`` 各一遍），返回 rank 0 的结果（见 :func:`train_lm_worker`）。"""
+    if isinstance(modes, str):
+        raise TypeError(f"modes 应是写法名的序列，如 ('manual',)，收到字符串 {modes!r}")
     for mode in modes:
         if mode not in DP_MODES:
             raise ValueError(f"modes 里的 {mode!r} 不是 {DP_MODES} 之一")
+    _check_run(blocks, steps, batch_size, lr, world_size)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     results = launch(train_lm_worker, world_size,
                      (tuple(modes), model.config.to_dict(), state, blocks, steps, batch_size, lr, seed), timeout=timeout)

@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import finite_positive, positive_int
 from ..attention import MultiHeadAttention, scaled_dot_product_attention
 from ..feedforward import PositionwiseFeedForward
 from .comm import record, recording
@@ -72,14 +73,35 @@ class ReduceFromParallel(torch.autograd.Function):
 
 
 def _chunk(size: int, name: str, rank: int, world_size: int) -> slice:
+    positive_int("world_size", world_size)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank 应是 0 到 world_size-1={world_size - 1} 之间的整数，收到 {rank!r}")
     if size % world_size != 0:
         raise ValueError(f"{name}={size} 不能被进程数 world_size={world_size} 整除，无法均分到各进程")
     part = size // world_size
     return slice(rank * part, (rank + 1) * part)
 
 
+def _linear(linear) -> None:
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"linear 应是 nn.Linear，收到 {type(linear).__name__}")
+
+
+def _mesh(module: nn.Module, world_size: int):
+    """PyTorch 路径的一维设备网格（device mesh）：要求已在进程组里，且 ``world_size`` 与进程数相同。"""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    positive_int("world_size", world_size)
+    if not dist.is_initialized():
+        raise RuntimeError("PyTorch 的张量并行需要先有进程组：在 launch 起的进程里（或 torchrun 下）调用")
+    if world_size != dist.get_world_size():
+        raise ValueError(f"world_size={world_size} 与进程组的进程数 {dist.get_world_size()} 不同")
+    return init_device_mesh(next(module.parameters()).device.type, (world_size,))
+
+
 def column_shard(linear: nn.Linear, rank: int, world_size: int, name: str = "out_features") -> nn.Linear:
     """按列切（输出特征）：新的 ``nn.Linear(in, out/p)``，权重是 ``weight[r 份, :]``、偏置 ``bias[r 份]`` 的副本。"""
+    _linear(linear)
     rows = _chunk(linear.out_features, name, rank, world_size)
     shard = nn.Linear(linear.in_features, rows.stop - rows.start, bias=linear.bias is not None)
     with torch.no_grad():
@@ -91,6 +113,7 @@ def column_shard(linear: nn.Linear, rank: int, world_size: int, name: str = "out
 
 def row_shard(linear: nn.Linear, rank: int, world_size: int, name: str = "in_features") -> tuple[nn.Linear, nn.Parameter | None]:
     """按行切（输入特征）：无偏置的 ``nn.Linear(in/p, out)`` 加上完整偏置（all-reduce 之后只加一次）。"""
+    _linear(linear)
     cols = _chunk(linear.in_features, name, rank, world_size)
     shard = nn.Linear(cols.stop - cols.start, linear.out_features, bias=False)
     with torch.no_grad():
@@ -168,11 +191,12 @@ def torch_parallelize_ffn(ffn: PositionwiseFeedForward, world_size: int) -> Posi
 
     原地改造 ``ffn``：它的参数变成 ``DTensor``（每个进程存 1/p），前向里 PyTorch 自己插入那一次 all-reduce。
     """
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    device = next(ffn.parameters()).device.type
-    mesh = init_device_mesh(device, (world_size,))
+    if not isinstance(ffn, PositionwiseFeedForward):
+        raise TypeError(f"ffn 应是 PositionwiseFeedForward，收到 {type(ffn).__name__}")
+    _chunk(ffn.w_1.out_features, "d_ff", 0, world_size)
+    mesh = _mesh(ffn, world_size)
     plan = {"w_1": ColwiseParallel(), "w_2": RowwiseParallel()}
     if ffn.w_3 is not None:
         plan["w_3"] = ColwiseParallel()
@@ -194,7 +218,6 @@ def torch_parallelize_attention(attn: MultiHeadAttention, world_size: int) -> Mu
     只支持显式路径的普通多头自注意力（``fast=False``、``n_kv_heads = n_heads``、不用 RoPE、dropout 为 0）：
     torch 2.13 的 DTensor 在 CPU 上没有 SDPA 快速路径可用，RoPE 的 cos/sin 是普通张量，不能与 DTensor 混算。
     """
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
@@ -205,8 +228,7 @@ def torch_parallelize_attention(attn: MultiHeadAttention, world_size: int) -> Mu
                          f"不用 RoPE、dropout=0），收到 fast={attn.fast}、n_kv_heads={attn.n_kv_heads}、"
                          f"n_heads={attn.n_heads}、rope={attn.rope}、dropout={attn.dropout.p}")
     _chunk(attn.n_heads, "n_heads", 0, world_size)
-    device = next(attn.parameters()).device.type
-    mesh = init_device_mesh(device, (world_size,))
+    mesh = _mesh(attn, world_size)
     plan = {name: ColwiseParallel(use_local_output=False) for name in ("w_q", "w_k", "w_v")}  # 输出 Shard(-1)
     plan["w_o"] = RowwiseParallel(input_layouts=Shard(-1))  # 输出 Replicate，交回本地张量
 
@@ -285,6 +307,10 @@ def tp_grad_worker(rank: int, world_size: int, mode: str, block: ResidualBlock, 
 
 def train_single_block(block: ResidualBlock, x, target, mask, steps: int, lr: float) -> dict:
     """参照：不切的块、同样的数据与优化器。``block`` 不被修改。"""
+    if not isinstance(block, ResidualBlock):
+        raise TypeError(f"block 应是 ResidualBlock，收到 {type(block).__name__}")
+    positive_int("steps", steps)
+    finite_positive("lr", lr)
     model = private_copy(block)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
