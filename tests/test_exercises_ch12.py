@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from tformer_lib.exercises import ch12
+from tformer_lib.exercises import _sandbox, ch12
 from tformer_lib.parallel.comm import ring_all_reduce_bytes
 from tformer_lib.parallel.pipeline import bubble_fraction
 
@@ -37,7 +37,7 @@ def _notebook_namespace():
 def test_forbidden_library_functions_raise_inside_and_are_restored_after():
     code = bubble_fraction.__code__
     with pytest.raises(RuntimeError, match="forbidden-library-call:bubble_fraction"):
-        with ch12._forbid(bubble_fraction, ring_all_reduce_bytes):
+        with _sandbox.forbid(bubble_fraction, ring_all_reduce_bytes):
             bubble_fraction(2, 4)
     assert bubble_fraction.__code__ is code and bubble_fraction(2, 4) == pytest.approx(0.2)
     assert ring_all_reduce_bytes(8, 2) == 8
@@ -45,9 +45,9 @@ def test_forbidden_library_functions_raise_inside_and_are_restored_after():
 
 def test_a_notebook_function_with_helpers_and_closures_survives_shipping():
     ns = _notebook_namespace()
-    shipped = ch12._ship(ns["allreduce_fixed"])
+    shipped = _sandbox.ship(ns["allreduce_fixed"])
     assert shipped[0] == "code"  # __main__ 里的函数不能按名字导入，送的是字节码
-    fn = ch12._unship(shipped)
+    fn = _sandbox.unship(shipped)
     assert isinstance(fn, types.FunctionType) and fn.__closure__[0].cell_contents == 1.0
     assert fn.__globals__["_world"].__code__.co_code == ns["_world"].__code__.co_code
     assert fn.__globals__["dist"].__name__ == "torch.distributed"

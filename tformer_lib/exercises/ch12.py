@@ -16,12 +16,7 @@
 
 from __future__ import annotations
 
-import builtins
-import contextlib
-import marshal
-import pickle
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,6 +36,7 @@ from tformer_lib.exercises._core import (
     run_checks,
     student_code,
 )
+from tformer_lib.exercises._sandbox import forbid, forbidden_name, ship, unship
 
 __all__ = [
     "check_ring_allreduce_bytes",
@@ -51,37 +47,6 @@ __all__ = [
     "check_peak_in_flight",
 ]
 
-# ---- 禁用库里直接给出答案的函数 --------------------------------------------------------------------------
-
-_FORBIDDEN = "tformer:forbidden-library-call:"
-
-
-def _blocked(*args, **kwargs):
-    raise RuntimeError("tformer:forbidden-library-call:NAME")
-
-
-@contextlib.contextmanager
-def _forbid(*functions) -> Iterator[None]:
-    """在这段代码里，``functions`` 里的每个函数（不论读者用什么名字引用它）一调用就抛出带标记的 RuntimeError。
-
-    做法是临时换掉函数对象的 ``__code__``：``from … import f`` 得到的别名指向同一个函数对象，也一样被禁用。
-    """
-    saved = [(f, f.__code__) for f in functions]
-    try:
-        for f in functions:
-            consts = tuple(_FORBIDDEN + f.__name__ if c == _FORBIDDEN + "NAME" else c
-                           for c in _blocked.__code__.co_consts)
-            f.__code__ = _blocked.__code__.replace(co_consts=consts, co_name=f.__name__)
-        yield
-    finally:
-        for f, code in saved:
-            f.__code__ = code
-
-
-def _forbidden_name(exc: BaseException) -> str | None:
-    text = str(exc)
-    return text[len(_FORBIDDEN):] if isinstance(exc, RuntimeError) and text.startswith(_FORBIDDEN) else None
-
 
 def _library_mistake(name: str) -> Mistake:
     return Mistake(f"这道题要你自己推导：不要调用库里的 {name}（检查期间它被禁用了）。"
@@ -91,10 +56,10 @@ def _library_mistake(name: str) -> Mistake:
 def _call(f: Callable[..., Any], functions, *args):
     """在禁用 ``functions`` 的情况下调用（已包装的）读者函数；读者调用了被禁用的函数 → ❌ library_call。"""
     try:
-        with _forbid(*functions):
+        with forbid(*functions):
             return f(*args)
     except RuntimeError as exc:
-        name = _forbidden_name(exc)
+        name = forbidden_name(exc)
         if name is not None:
             raise _library_mistake(name) from None
         raise
@@ -241,80 +206,12 @@ def _grads(model: nn.Module) -> dict[str, torch.Tensor | None]:
     return {k: (None if p.grad is None else p.grad.detach().clone()) for k, p in model.named_parameters()}
 
 
-# 把读者的函数送进子进程：笔记本里定义的函数不能按名字导入（spawn 出的进程里没有那个 __main__），
-# 所以送它的字节码（marshal）、默认值、闭包与用到的全局名字（模块按名字、其余能 pickle 的按值）。
-
-def _ship(obj: Any, depth: int = 0) -> tuple:
-    if isinstance(obj, types.ModuleType):
-        return ("module", obj.__name__)
-    if isinstance(obj, types.FunctionType):
-        if obj.__module__ not in (None, "__main__") and "<" not in obj.__qualname__:
-            try:
-                if pickle.loads(pickle.dumps(obj)) is obj:
-                    return ("pickle", pickle.dumps(obj))
-            except Exception:  # noqa: BLE001 — 不能按名字 pickle 就送字节码
-                pass
-        if depth > 4:
-            return ("missing",)
-        code = obj.__code__
-        names: set[str] = set()
-        stack = [code]
-        while stack:  # 嵌套的函数、推导式里用到的名字也要
-            c = stack.pop()
-            names.update(c.co_names)
-            stack += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-        glob = {}
-        for name in sorted(names):
-            if name in obj.__globals__:
-                value = obj.__globals__[name]
-                glob[name] = ("self",) if value is obj else _ship(value, depth + 1)
-        closure = [_ship(cell.cell_contents, depth + 1) for cell in obj.__closure__ or ()]
-        defaults = [_ship(v, depth + 1) for v in obj.__defaults__ or ()]
-        kwdefaults = {k: _ship(v, depth + 1) for k, v in (obj.__kwdefaults__ or {}).items()}
-        return ("code", marshal.dumps(code), obj.__name__, glob, closure, defaults, kwdefaults)
-    try:
-        return ("pickle", pickle.dumps(obj))
-    except Exception:  # noqa: BLE001 — 送不过去的值就不送（读者的函数用到它时会得到 NameError）
-        return ("missing",)
-
-
-_MISSING = object()
-
-
-def _unship(item: tuple) -> Any:
-    kind = item[0]
-    if kind == "module":
-        import importlib
-
-        return importlib.import_module(item[1])
-    if kind == "pickle":
-        return pickle.loads(item[1])
-    if kind == "missing":
-        return _MISSING
-    _, code, name, glob, closure, defaults, kwdefaults = item
-    ns: dict[str, Any] = {"__builtins__": builtins, "__name__": "__reader__"}
-    selfs = []
-    for k, v in glob.items():
-        if v[0] == "self":
-            selfs.append(k)
-            continue
-        value = _unship(v)
-        if value is not _MISSING:
-            ns[k] = value
-    cells = tuple(types.CellType(_unship(c)) for c in closure)
-    fn = types.FunctionType(marshal.loads(code), ns, name, tuple(_unship(d) for d in defaults) or None, cells or None)
-    fn.__kwdefaults__ = {k: _unship(v) for k, v in kwdefaults.items()} or None
-    for k in selfs:
-        ns[k] = fn
-    return fn
-
-
 def _allreduce_worker(rank: int, world_size: int, shipped: tuple, cases: list[tuple[int, int]]) -> dict:
     """子进程里：对每组情形算出本进程那一份数据的梯度，调用读者的函数，交回同步后的梯度（和同步前的，用来认错）。"""
     from tformer_lib.parallel import data_parallel
 
     try:
-        fn = _unship(shipped)
+        fn = unship(shipped)
     except Exception as exc:  # noqa: BLE001 — 送不过去是检查器的问题
         return {"status": "ship_error", "text": f"{type(exc).__name__}: {exc}"}
     out = []
@@ -322,13 +219,13 @@ def _allreduce_worker(rank: int, world_size: int, shipped: tuple, cases: list[tu
         model = _grad_case(seed, per_rank, rank, world_size)
         local = _grads(model)
         try:
-            with _forbid(data_parallel.allreduce_gradients):
+            with forbid(data_parallel.allreduce_gradients):
                 returned = fn(model)
         except NotImplementedError:
             return {"status": "pending"}
         except Exception as exc:  # noqa: BLE001 — 读者函数的异常原样报回
             return {"status": "exception", "type": type(exc).__name__, "text": str(exc).strip(),
-                    "forbidden": _forbidden_name(exc)}
+                    "forbidden": forbidden_name(exc)}
         if returned is None:
             return {"status": "none"}
         out.append({"local": local, "synced": _grads(model)})
@@ -358,7 +255,7 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
             if not (raised_by_student(exc) and _needs_process_group(exc)):
                 raise
         try:
-            results = launch(_allreduce_worker, _WORLD, (_ship(fn), cases_), timeout=timeout)
+            results = launch(_allreduce_worker, _WORLD, (ship(fn), cases_), timeout=timeout)
         except DistributedError as exc:
             if "timeout" in str(exc):
                 raise Mistake(f"{_WORLD} 个进程没有在 {timeout:g} 秒内全部完成：是不是只有部分进程调用了 all_reduce，"

@@ -1,0 +1,115 @@
+"""检查器的两个机关（第 12 章用）：
+
+- :func:`forbid`：在读者的函数运行期间“禁用”库里直接给出答案的函数（调用它就抛出带标记的 RuntimeError，
+  检查器把它变成“❌ 这道题要你自己推导”）；
+- :func:`ship` / :func:`unship`：把读者的函数送进 ``spawn`` 出的子进程。笔记本里定义的函数属于 ``__main__``，
+  子进程里按名字导入不到，所以送它的字节码（``marshal``，父子进程是同一个 Python）、默认值、闭包，以及它用到的
+  全局名字（模块按名字、函数递归地送、其余能 pickle 的按值）。
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import marshal
+import pickle
+import types
+from collections.abc import Iterator
+from typing import Any
+
+_FORBIDDEN = "tformer:forbidden-library-call:"
+
+
+def _blocked(*args, **kwargs):
+    raise RuntimeError("tformer:forbidden-library-call:NAME")
+
+
+@contextlib.contextmanager
+def forbid(*functions) -> Iterator[None]:
+    """在这段代码里，``functions`` 里的每个函数（不论读者用什么名字引用它）一调用就抛出带标记的 RuntimeError。
+
+    做法是临时换掉函数对象的 ``__code__``：``from … import f`` 得到的别名指向同一个函数对象，也一样被禁用。
+    """
+    saved = [(f, f.__code__) for f in functions]
+    try:
+        for f in functions:
+            consts = tuple(_FORBIDDEN + f.__name__ if c == _FORBIDDEN + "NAME" else c
+                           for c in _blocked.__code__.co_consts)
+            f.__code__ = _blocked.__code__.replace(co_consts=consts, co_name=f.__name__)
+        yield
+    finally:
+        for f, code in saved:
+            f.__code__ = code
+
+
+def forbidden_name(exc: BaseException) -> str | None:
+    """``exc`` 是 :func:`forbid` 禁用的函数抛出的吗？是就返回那个函数的名字，否则 None。"""
+    text = str(exc)
+    return text[len(_FORBIDDEN):] if isinstance(exc, RuntimeError) and text.startswith(_FORBIDDEN) else None
+
+
+def ship(obj: Any, depth: int = 0) -> tuple:
+    """把 ``obj`` 变成能经 pickle 传给子进程的描述；子进程里用 :func:`unship` 还原。"""
+    if isinstance(obj, types.ModuleType):
+        return ("module", obj.__name__)
+    if isinstance(obj, types.FunctionType):
+        if obj.__module__ not in (None, "__main__") and "<" not in obj.__qualname__:
+            try:
+                if pickle.loads(pickle.dumps(obj)) is obj:
+                    return ("pickle", pickle.dumps(obj))
+            except Exception:  # noqa: BLE001 — 不能按名字 pickle 就送字节码
+                pass
+        if depth > 4:
+            return ("missing",)
+        code = obj.__code__
+        names: set[str] = set()
+        stack = [code]
+        while stack:  # 嵌套的函数、推导式里用到的名字也要
+            c = stack.pop()
+            names.update(c.co_names)
+            stack += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+        glob = {}
+        for name in sorted(names):
+            if name in obj.__globals__:
+                value = obj.__globals__[name]
+                glob[name] = ("self",) if value is obj else ship(value, depth + 1)
+        closure = [ship(cell.cell_contents, depth + 1) for cell in obj.__closure__ or ()]
+        defaults = [ship(v, depth + 1) for v in obj.__defaults__ or ()]
+        kwdefaults = {k: ship(v, depth + 1) for k, v in (obj.__kwdefaults__ or {}).items()}
+        return ("code", marshal.dumps(code), obj.__name__, glob, closure, defaults, kwdefaults)
+    try:
+        return ("pickle", pickle.dumps(obj))
+    except Exception:  # noqa: BLE001 — 送不过去的值就不送（读者的函数用到它时会得到 NameError）
+        return ("missing",)
+
+
+_MISSING = object()
+
+
+def unship(item: tuple) -> Any:
+    """:func:`ship` 的逆：在（子）进程里重建模块、值或函数。"""
+    kind = item[0]
+    if kind == "module":
+        import importlib
+
+        return importlib.import_module(item[1])
+    if kind == "pickle":
+        return pickle.loads(item[1])
+    if kind == "missing":
+        return _MISSING
+    _, code, name, glob, closure, defaults, kwdefaults = item
+    ns: dict[str, Any] = {"__builtins__": builtins, "__name__": "__reader__"}
+    selfs = []
+    for k, v in glob.items():
+        if v[0] == "self":
+            selfs.append(k)
+            continue
+        value = unship(v)
+        if value is not _MISSING:
+            ns[k] = value
+    cells = tuple(types.CellType(unship(c)) for c in closure)
+    fn = types.FunctionType(marshal.loads(code), ns, name, tuple(unship(d) for d in defaults) or None, cells or None)
+    fn.__kwdefaults__ = {k: unship(v) for k, v in kwdefaults.items()} or None
+    for k in selfs:
+        ns[k] = fn
+    return fn
