@@ -6,7 +6,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -14,7 +18,8 @@ import torch.distributed as dist
 from .data_parallel import _lm_loss, _new_model, allreduce_gradients
 from .launch import launch
 
-__all__ = ["throughput_worker", "measure_throughput"]
+__all__ = ["throughput_worker", "measure_throughput", "run_throughput_rounds", "write_throughput_results",
+           "load_throughput_results", "THROUGHPUT_RESULTS"]
 
 
 def throughput_worker(rank: int, world_size: int, config_dict: dict, state: dict, blocks: torch.Tensor, steps: int,
@@ -50,3 +55,74 @@ def measure_throughput(model, blocks: torch.Tensor, steps: int = 5, batch_size: 
     slowest = max(two, key=lambda r: r["seconds"])
     return {"1x2": {"tokens_per_s": one["tokens_per_s"]},
             "2x1": {"tokens_per_s": slowest["tokens_per_s"], "comm_share": slowest["comm_seconds"] / slowest["seconds"]}}
+
+
+#: 随包附带的结果文件（``python -m tformer_lib.parallel.throughput --out`` 写的）。
+THROUGHPUT_RESULTS = Path(__file__).resolve().parent.parent / "results" / "throughput.json"
+
+
+def run_throughput_rounds(rounds: int = 5, steps: int = 5, batch_size: int = 16, timeout: float = 600.0) -> dict:
+    """随书唐诗模型（第 9 章的配方）上交替量 ``rounds`` 轮 :func:`measure_throughput`：每轮先 1×2、再 2×1。
+
+    一轮一对，比值逐轮算：机器上别的任务让某一轮整体变慢时，同一轮的两种布局一起受影响。
+    """
+    from ..lm import poem_data
+    from ..lm.pretrained import POEM_RECIPE, poem_model_config
+    from ..lm.model import make_lm
+    from ..seed import set_seed
+
+    data = poem_data()
+    set_seed(POEM_RECIPE["seed"])
+    model = make_lm(poem_model_config(data["tokenizer"].vocab_size))
+    blocks = data["train_blocks"][: (steps + 1) * batch_size + 1]
+    out = []
+    for _ in range(rounds):
+        out.append(measure_throughput(model, blocks, steps=steps, batch_size=batch_size, timeout=timeout))
+    n_params = sum(p.numel() for p in model.parameters())
+    return {"rounds": out, "settings": {"rounds": rounds, "steps": steps, "batch_size": batch_size,
+                                        "context": int(blocks.shape[1] - 1), "n_params": n_params,
+                                        "model": dict(POEM_RECIPE["model"])}}
+
+
+def write_throughput_results(path=THROUGHPUT_RESULTS, **kwargs):
+    """（维护者用）跑 :func:`run_throughput_rounds`，连同命令、机器、日期写成 JSON（临时文件 + 改名）。"""
+    from ..benchmarking import machine_info
+
+    info = machine_info()  # 开始时的平均负载
+    start = time.perf_counter()
+    result = run_throughput_rounds(**kwargs)
+    info["load_average_after"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    info["seconds"] = round(time.perf_counter() - start, 1)
+    info["threads"] = "1×2 与 2×1（见各轮）"
+    result["produced_by"] = {"command": "python -m tformer_lib.parallel.throughput " + " ".join(sys.argv[1:]), **info}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load_throughput_results(path=THROUGHPUT_RESULTS) -> dict:
+    """读回 :func:`write_throughput_results` 写的 JSON（第 12 章用它画图）。"""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"找不到吞吐结果文件 {path}；用 python -m tformer_lib.parallel.throughput --out {path} 生成")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def main(argv=None) -> int:  # pragma: no cover - 维护者脚本
+    import argparse
+
+    parser = argparse.ArgumentParser(description="1 进程 × 2 线程 vs 2 进程 × 1 线程（数据并行）的吞吐，写成 JSON")
+    parser.add_argument("--out", default=str(THROUGHPUT_RESULTS))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=16)
+    args = parser.parse_args(argv)
+    print(write_throughput_results(args.out, rounds=args.rounds, steps=args.steps, batch_size=args.batch_size))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
