@@ -25,6 +25,9 @@ def test_step_times_show_each_round_and_the_median_ratio(render):
         plot_step_times({"a": [1.0]}, reference="b")
     with pytest.raises(ValueError, match="至少"):
         plot_step_times({"a": []})
+    for bad in (float("nan"), -1.0, "0.1", True):
+        with pytest.raises(ValueError, match="正的有限秒数"):
+            plot_step_times({"a": [0.1, bad]})
 
 
 def test_mfu_figure_states_the_ratio(render):
@@ -35,6 +38,8 @@ def test_mfu_figure_states_the_ratio(render):
         plot_mfu(1e9, 0)
     with pytest.raises(ValueError, match="achieved"):
         plot_mfu(True, 1e9)
+    with pytest.raises(ValueError, match="peak"):
+        plot_mfu(1e9, float("inf"))
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -72,3 +77,28 @@ def test_memory_explorer_frames_differ_and_fit_the_budget():
         memory_explorer(CONFIG, n, length=100)
     with pytest.raises(TypeError, match="LMConfig"):
         memory_explorer("config", n)
+    with pytest.raises(ValueError, match="n_params"):
+        memory_explorer(CONFIG, 0)
+
+
+def test_edge_inputs_draw_or_raise_clearly(render):
+    """边界输入：要么画得出（不出警告），要么给出点名参数的中文错误。"""
+    from tformer_lib.plotting.memory import plot_memory_account, plot_precision_losses, plot_profile
+
+    render(plot_profile([{"name": "aten::mm", "share": 0.0}]))  # 全为 0 也画得出
+    render(plot_precision_losses({"fp32": [1.0]}))
+    with pytest.raises(ValueError, match="每一项都是 0"):
+        plot_memory_account({"a": {}})
+    for bad in (-5, float("nan"), "3", True):
+        with pytest.raises(ValueError, match="非负的有限字节数"):
+            plot_memory_account({"a": {"params": bad}})
+    with pytest.raises(ValueError, match="unit"):
+        plot_memory_account({"a": {"params": 10}}, unit=True)
+    with pytest.raises(ValueError, match="share"):
+        plot_profile([{"name": "mm", "share": 1.5}])
+    with pytest.raises(ValueError, match="name"):
+        plot_profile([("mm", 0.5)])
+    with pytest.raises(ValueError, match="为空"):
+        plot_precision_losses({"fp32": []})
+    with pytest.raises(TypeError, match="LMConfig"):
+        plot_training_memory("config", 10, 2, 8)

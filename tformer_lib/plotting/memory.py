@@ -36,14 +36,22 @@ def plot_memory_account(accounts: Mapping[str, Mapping[str, int]], *, unit: floa
     """
     if not accounts:
         raise ValueError("accounts 为空：应是 {场景名: {项: 字节数}}")
-    if not (isinstance(unit, (int, float)) and unit > 0):
+    if isinstance(unit, bool) or not (isinstance(unit, (int, float)) and 0 < unit < float("inf")):
         raise ValueError(f"unit 应为正数，收到 {unit!r}")
     parts: list[str] = []
     for name, account in accounts.items():
         if not isinstance(account, Mapping):
             raise TypeError(f"accounts[{name!r}] 应是 {{项: 字节数}} 的字典，收到 {type(account).__name__}")
-        parts += [k for k in account if k not in _SKIP and k not in parts]
+        for k, v in account.items():
+            if k in _SKIP:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not 0 <= v < float("inf"):
+                raise ValueError(f"accounts[{name!r}][{k!r}] 应是非负的有限字节数，收到 {v!r}")
+            if k not in parts:
+                parts.append(k)
     parts = [k for k in parts if any(a.get(k, 0) for a in accounts.values())]  # 处处为 0 的项（如 fp32 的主权重）不画
+    if not parts:
+        raise ValueError(f"accounts 里每一项都是 0（或没有任何项），没有可画的：收到 {dict(accounts)!r}")
     if ax is None:
         fig, ax = new_figure((8.4, max(2.6, 0.9 + 0.55 * len(accounts))))
     else:
@@ -70,6 +78,8 @@ def plot_precision_losses(losses: Mapping[str, Sequence[float]], *, reference: s
     if reference not in losses:
         raise ValueError(f"losses 里没有参照 {reference!r}：收到 {list(losses)}")
     ref = np.asarray(losses[reference], dtype=float)
+    if ref.size == 0:
+        raise ValueError(f"losses[{reference!r}] 为空：至少要有一步的损失")
     fig, axes = new_figure((6.8, 4.6), nrows=2, ncols=1)
     top, bottom = axes[0, 0], axes[1, 0]
     for i, (name, values) in enumerate(losses.items()):
@@ -96,6 +106,12 @@ def plot_profile(rows: Sequence[Mapping], *, title: str | None = None, ax=None):
     """剖析表（:func:`~tformer_lib.profiling.profile_step`）里各算子自身耗时的占比，横向条形图。"""
     if not rows:
         raise ValueError("rows 为空：应是 profile_step 返回的 [{name, share, …}, …]")
+    for r in rows:
+        if not isinstance(r, Mapping) or "name" not in r:
+            raise ValueError(f"每行应是带 name 与 share 的字典（profile_step 的结果），收到 {r!r}")
+        share = r.get("share")
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ValueError(f"每行的 share 应是 [0, 1] 内的占比，收到 {r!r}")
     names = [str(r["name"]).removeprefix("aten::") for r in rows]
     shares = np.array([float(r["share"]) for r in rows]) * 100
     if ax is None:
@@ -107,7 +123,7 @@ def plot_profile(rows: Sequence[Mapping], *, title: str | None = None, ax=None):
         ax.text(s, y, f" {s:.0f}%", va="center", fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("占全部算子自身耗时的百分比")
-    ax.set_xlim(0, shares.max() * 1.2)
+    ax.set_xlim(0, max(shares.max() * 1.2, 1.0))
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title or "一个训练步里最耗时的算子")
     return fig
@@ -128,6 +144,10 @@ def plot_step_times(times: Mapping[str, Sequence[float]], *, reference: str | No
     for name, values in times.items():
         if len(values) == 0:
             raise ValueError(f"times[{name!r}] 为空：至少要有一轮计时")
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float, np.floating))
+               or not np.isfinite(v) or v <= 0]
+        if bad:
+            raise ValueError(f"times[{name!r}] 应是正的有限秒数，收到 {bad[0]!r}")
     medians = {name: float(np.median(np.asarray(v, dtype=float))) for name, v in times.items()}
     fig, ax = new_figure((6.4, 3.4))
     for i, name in enumerate(names):
@@ -153,8 +173,8 @@ def plot_mfu(achieved: float, peak: float, *, title: str | None = None):
     两个数都是同一次运行里现测的；它们随负载变化，所以只画在图上（:mod:`tformer_lib.profiling`）。
     """
     for name, value in (("achieved", achieved), ("peak", peak)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} 应为正数（FLOP/s），收到 {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{name} 应为正的有限数（FLOP/s），收到 {value!r}")
     fig, ax = new_figure((6.4, 2.3))
     labels = ["大方阵乘法（峰值）", "一个训练步"]
     values = np.array([peak, achieved]) / 1e9
@@ -179,10 +199,10 @@ def plot_training_memory(config, n_params: int, batch: int, length: int, *, unit
     from tformer_lib.memory import lm_activation_bytes, model_state_bytes
 
     states = model_state_bytes(n_params, "fp32")
-    path = "SDPA 快速路径" if config.fast_attention else "显式注意力"
     accounts = {
-        "不重算": {**states, **lm_activation_bytes(config, batch, length)},
+        "不重算": {**states, **lm_activation_bytes(config, batch, length)},  # 它也检查 config、batch、length
         "激活重算": {**states, **lm_activation_bytes(config, batch, length, checkpointing=True)},
     }
+    path = "SDPA 快速路径" if config.fast_attention else "显式注意力"
     return plot_memory_account(accounts, unit=unit,
                                title=title or f"批大小 B = {batch}，长度 T = {length}（{path}，float32）")

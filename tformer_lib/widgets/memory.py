@@ -26,11 +26,13 @@ def memory_explorer(config, n_params: int, batch: int = 16, length: int = 128) -
 
     图见 :func:`~tformer_lib.plotting.memory.plot_training_memory`（“不重算”与“激活重算”两根条）。
     """
+    from tformer_lib._checks import positive_int
     from tformer_lib.lm.config import LMConfig
     from tformer_lib.plotting.memory import plot_training_memory
 
     if not isinstance(config, LMConfig):
         raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")
+    positive_int("n_params", n_params)
     if batch not in BATCH_SIZES:
         raise ValueError(f"batch 应是 {BATCH_SIZES} 之一，收到 {batch!r}")
     if length not in LENGTHS:
