@@ -169,7 +169,7 @@ def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, st
     """每个进程一段，用 ``mode`` 的调度训练 ``steps`` 步（第 s 步用 ``blocks[s·B:(s+1)·B]``，SGD）。
 
     返回本段的参数（已换成完整模型的名字）、最后一段算出的每步损失（整批平均）、每步的通信字节，以及手写模式下
-    每一步的时间线 ``timeline[step] = [PipelineEvent, …]``（本段的事件，秒，从该步开头的 barrier 算起）。
+    每一步的时间线 ``timeline[step] = [PipelineEvent, …]``（本段的事件，秒，从该步开头 barrier 之后 rank 0 的时刻算起）。
     """
     from ..lm import LMConfig, make_lm
 
@@ -201,11 +201,15 @@ def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, st
                     schedule.step(target=targets, losses=parts)
                     total += sum(float(p.detach()) for p in parts) / micro_batches
             else:  # 手写：按本段的调度顺序执行
-                dist.barrier()  # 时间线的零点：各段同时从这里开始
-                t0 = time.perf_counter()
+                # 时间线的零点：barrier 之后 rank 0 的时刻，广播给各段。perf_counter 在一台机器上是全系统共用的
+                # 单调时钟（Linux 的 CLOCK_MONOTONIC），所以各段的时刻可以直接比较
+                dist.barrier()
+                t0 = torch.tensor(time.perf_counter(), dtype=torch.float64)
+                dist.broadcast(t0, 0)
+                origin = float(t0)
                 loss, events = _run_manual(stage, stage_order(MANUAL_MODES[mode], world_size, micro_batches, rank),
                                            inputs, targets, micro_batches, rank, model.config.d_model,
-                                           lambda: time.perf_counter() - t0)
+                                           lambda: time.perf_counter() - origin)
                 total += loss
                 timeline.append(events)
             optimizer.step()
@@ -216,12 +220,13 @@ def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, st
 
 
 def measure_pipeline_timeline(model, blocks: torch.Tensor, *, schedule: str = "gpipe", stages: int = 2,
-                              micro_batches: int = 4, batch_size: int = 8, steps: int = 2, lr: float = 0.1,
+                              micro_batches: int = 4, batch_size: int = 8, steps: int = 3, lr: float = 0.1,
                               timeout: float = 120.0) -> dict:
-    """起 ``stages`` 个进程跑手写流水线（``schedule`` = ``"gpipe"`` 或 ``"1f1b"``），返回最后一步的实测时间线。
+    """起 ``stages`` 个进程跑手写流水线（``schedule`` = ``"gpipe"`` 或 ``"1f1b"``），返回一步的实测时间线。
 
     ``model``：``tie_embeddings=False`` 的 :class:`~tformer_lib.lm.DecoderOnlyLM`（不被修改）；``blocks``：
-    ``(steps·batch_size, T+1)`` 的词元，第 s 步用 ``blocks[s·B:(s+1)·B]``。第一步含预热（内存分配等），所以只取最后一步。
+    ``(steps·batch_size, T+1)`` 的词元，第 s 步用 ``blocks[s·B:(s+1)·B]``。第一步含预热（内存分配等）不算；其余各步里
+    取跨度最短的一步（机器忙时某一步可能被操作系统调度打断，最短的一步最接近流水线本身的样子）。
 
     返回 ``{"events": [PipelineEvent, …]（所有段，按开始时间排序，秒）, "idle_fraction": 实测空闲比例,
     "bubble_fraction": (p−1)/(m+p−1), "losses": 每步损失, "schedule", "stages", "micro_batches"}``。
@@ -243,7 +248,9 @@ def measure_pipeline_timeline(model, blocks: torch.Tensor, *, schedule: str = "g
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     results = launch(pipeline_worker, stages, (mode, model.config.to_dict(), state, blocks, steps, batch_size,
                                                micro_batches, lr), timeout=timeout)
-    events = sorted((e for r in results for e in r["timeline"][-1]), key=lambda e: (e.start, e.rank))
+    candidates = [sorted((e for r in results for e in r["timeline"][k]), key=lambda e: (e.start, e.rank))
+                  for k in range(1 if steps > 1 else 0, steps)]
+    events = min(candidates, key=lambda ev: max(e.end for e in ev) - min(e.start for e in ev))
     return {"events": events, "idle_fraction": idle_fraction(events, stages),
             "bubble_fraction": bubble_fraction(stages, micro_batches), "losses": results[-1]["losses"],
             "schedule": schedule, "stages": stages, "micro_batches": micro_batches}

@@ -94,10 +94,12 @@ def plot_pipeline_timeline(events, *, title: str | None = None, time_unit: str =
 
     handles = [Patch(color=_F_COLOR, label="前向 F"), Patch(color=_B_COLOR, label="反向 B"),
                Patch(color=_IDLE_COLOR, label="空闲（气泡）")]
-    axes[0].legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.12 if title else 1.0),
-                   ncol=3, frameon=False, borderaxespad=0)
     if title:
         fig.suptitle(title, fontsize=11)
+    if ax is None:  # 图例放在整张图的顶上（constrained 布局给它留出位置），不压住子图的标题
+        fig.legend(handles=handles, fontsize=7, loc="outside upper center", ncol=3, frameon=False)
+    else:
+        ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=3, framealpha=0.8)
     return fig
 
 
