@@ -59,11 +59,18 @@ def test_manual_megatron_split_trains_like_the_unsplit_block(activation):
 def test_torch_tensor_parallel_trains_like_the_unsplit_block(mode, activation):
     """≥ 5 步：曾经从第 2 步起偏离（spawn 传来的参数在两个进程间共享内存，见 tensor_parallel 模块说明）。"""
     block, x, target, mask = _problem(activation)
+    x.requires_grad_(activation == "swiglu")  # 输入要梯度时，入口的反向 all-reduce 也要出现（且 q/k/v 只一次）
     before = {k: v.clone() for k, v in block.state_dict().items()}
     ref = train_single_block(block, x, target, mask, STEPS, LR)
     res = launch(tp_train_worker, 2, (mode, block, x, target, mask, STEPS, LR), timeout=150)
     for r in res:
         _assert_same_training(ref, res, r["params"])
+    # PyTorch 插入的 all-reduce 与手写的一样多、一样大：前向每个 RowwiseParallel 一次，反向每个模块入口一次
+    # （x 不需要梯度时注意力入口那次省掉；SwiGLU 的 w_1、w_3 共用一个入口）；只切 FFN 时是前向 1 次 + 反向 1 次
+    one = x.numel() * x.element_size()
+    expected = (tensor_parallel_payload(*x.shape, n_blocks=1, input_requires_grad=x.requires_grad)
+                if mode == "torch_block" else 2 * one)
+    assert res[0]["bytes_per_step"] == res[1]["bytes_per_step"] == expected
     # worker 训练的是私有副本：父进程的 block 没有被子进程原地改掉
     for name, value in block.state_dict().items():
         assert torch.equal(value, before[name]), name

@@ -24,6 +24,8 @@ FFN 用 :func:`torch_parallelize_ffn`，注意力用 :func:`torch_parallelize_at
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -36,7 +38,7 @@ from .comm import record, recording
 
 __all__ = ["CopyToParallel", "ReduceFromParallel", "column_shard", "row_shard", "TensorParallelFFN",
            "TensorParallelAttention", "ResidualBlock", "torch_parallelize_ffn", "torch_parallelize_attention",
-           "private_copy", "tp_train_worker", "tp_grad_worker", "train_single_block", "gather_manual_params", "TP_MODES"]
+           "private_copy", "recording_torch_collectives", "tp_train_worker", "tp_grad_worker", "train_single_block", "gather_manual_params", "TP_MODES"]
 
 #: 张量并行的写法："manual" 手写切注意力与 FFN；"torch" 只把 FFN 交给 PyTorch；"torch_block" 注意力与 FFN 都交给 PyTorch
 TP_MODES = ("manual", "torch", "torch_block")
@@ -191,7 +193,8 @@ def torch_parallelize_ffn(ffn: PositionwiseFeedForward, world_size: int) -> Posi
 
     原地改造 ``ffn``：它的参数变成 ``DTensor``（每个进程存 1/p），前向里 PyTorch 自己插入那一次 all-reduce。
     """
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, parallelize_module
 
     if not isinstance(ffn, PositionwiseFeedForward):
         raise TypeError(f"ffn 应是 PositionwiseFeedForward，收到 {type(ffn).__name__}")
@@ -200,7 +203,12 @@ def torch_parallelize_ffn(ffn: PositionwiseFeedForward, world_size: int) -> Posi
     plan = {"w_1": ColwiseParallel(), "w_2": RowwiseParallel()}
     if ffn.w_3 is not None:
         plan["w_3"] = ColwiseParallel()
-    return parallelize_module(ffn, mesh, plan)
+    parallelize_module(ffn, mesh, plan)
+    # 入口只换一次：x 在 FFN 入口就变成 Replicate 的 DTensor，w_1 与 w_3 共用它，反向时两份部分梯度先在 DTensor
+    # 上相加，再一次 all-reduce（Megatron 的一个 f）。若让 w_1、w_3 各自从本地张量进入，SwiGLU 每步会多一次。
+    return parallelize_module(ffn, mesh, PrepareModuleInput(input_layouts=(Replicate(),),
+                                                            desired_input_layouts=(Replicate(),),
+                                                            use_local_output=False))
 
 
 def torch_parallelize_attention(attn: MultiHeadAttention, world_size: int) -> MultiHeadAttention:
@@ -213,7 +221,8 @@ def torch_parallelize_attention(attn: MultiHeadAttention, world_size: int) -> Mu
     ``view``/``transpose`` 由 DTensor 把“切在最后一维”换算成“切在头那一维”，每个进程实际只算自己的 h/p 个头
     （``attn.attn_weights`` 是 ``DTensor``，本地形状 ``(B, h/p, T_q, T_k)``，``full_tensor()`` 拼回完整的）。
     为此进入模块前把 query/key/value/mask 都包成 ``Replicate`` 的 DTensor（前向预钩子，作用同
-    ``PrepareModuleInput``，但也接受 ``mask=None``）；它在反向把各进程对输入的部分梯度 all-reduce 求和（Megatron 的 f）。
+    ``PrepareModuleInput``，但也接受 ``mask=None``；同一个张量只包一次）；它在反向把各进程对输入的部分梯度
+    all-reduce 求和（Megatron 的 f）。
 
     只支持显式路径的普通多头自注意力（``fast=False``、``n_kv_heads = n_heads``、不用 RoPE、dropout 为 0）：
     torch 2.13 的 DTensor 在 CPU 上没有 SDPA 快速路径可用，RoPE 的 cos/sin 是普通张量，不能与 DTensor 混算。
@@ -232,17 +241,50 @@ def torch_parallelize_attention(attn: MultiHeadAttention, world_size: int) -> Mu
     plan = {name: ColwiseParallel(use_local_output=False) for name in ("w_q", "w_k", "w_v")}  # 输出 Shard(-1)
     plan["w_o"] = RowwiseParallel(input_layouts=Shard(-1))  # 输出 Replicate，交回本地张量
 
-    def replicate(value):
-        if isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
-            return DTensor.from_local(value, mesh, (Replicate(),), run_check=False)  # 每个进程都有完整的一份
-        return value
-
     def to_dtensors(module, args, kwargs):
+        made = {}  # 自注意力里 query、key、value 是同一个张量：只包一次，反向只 all-reduce 一次
+
+        def replicate(value):
+            if not isinstance(value, torch.Tensor) or isinstance(value, DTensor):
+                return value
+            if id(value) not in made:
+                made[id(value)] = DTensor.from_local(value, mesh, (Replicate(),), run_check=False)  # 每个进程完整一份
+            return made[id(value)]
+
         return tuple(replicate(a) for a in args), {k: replicate(v) for k, v in kwargs.items()}
 
     attn = parallelize_module(attn, mesh, plan)
     attn.register_forward_pre_hook(to_dtensors, with_kwargs=True)
     return attn
+
+
+_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
+
+
+@contextmanager
+def recording_torch_collectives():
+    """把 PyTorch 自己（DTensor 重分布时）发起的集合通信也记进 :func:`~tformer_lib.parallel.comm.recording`。
+
+    DTensor 把 ``Partial → Replicate`` 之类的重分布翻译成 ``torch.ops._c10d_functional.all_reduce`` 等函数式
+    集合通信；这里用一个 ``TorchDispatchMode`` 在它们执行时记下交出的本地张量（与手写方案调 ``record`` 的
+    位置相同：交给通信原语的有效载荷）。反向传播也在同一线程里执行，一并记下。测试证明：注意力与 FFN 都交给
+    PyTorch 时，每步恰好 4 次 ``(B, T, d_model)`` 的 all-reduce（输入不需要梯度时 3 次）——与手写 Megatron 的
+    公式相同，SwiGLU 也一样。
+    """
+    from torch.distributed.tensor import DTensor
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(issubclass(t, DTensor) for t in types):
+                return NotImplemented  # 先让 DTensor 拆成本地运算与集合通信，再经过这里
+            packet = str(getattr(func, "_overloadpacket", ""))
+            if packet.startswith("_c10d_functional.") and packet.split(".")[-1] in _COLLECTIVES:
+                record(packet.split(".")[-1], args[0])
+            return func(*args, **(kwargs or {}))
+
+    with _Recorder():
+        yield
 
 
 def private_copy(module: nn.Module) -> nn.Module:
@@ -272,7 +314,8 @@ def _full(param) -> torch.Tensor:
 def tp_train_worker(rank: int, world_size: int, mode: str, block: ResidualBlock, x: torch.Tensor,
                     target: torch.Tensor, mask, steps: int, lr: float) -> dict:
     """每个进程里：把 ``block`` 的私有副本切开（``mode`` 见 :data:`TP_MODES`），用同一批数据、均方误差、SGD 训练
-    ``steps`` 步。返回损失与本进程持有的参数（PyTorch 路径是拼好的完整参数；手写路径是本进程的分片）。
+    ``steps`` 步。返回损失、本进程持有的参数（PyTorch 路径是拼好的完整参数；手写路径是本进程的分片）与每步交给
+    all-reduce 的字节数 ``bytes_per_step``（手写路径由 f/g 算子记下，PyTorch 路径由 :func:`recording_torch_collectives`）。
 
     用 SGD 而不是 AdamW：W^K 的偏置的真实梯度恒为 0（softmax 对每个键加同一个 q·b_k 不变），两条路径只剩 1e-9
     量级的舍入噪声，AdamW 的归一化会把噪声放大成 ±lr 的更新，比较就失去意义。
@@ -282,7 +325,8 @@ def tp_train_worker(rank: int, world_size: int, mode: str, block: ResidualBlock,
     model = _split_block(block, mode, rank, world_size)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
-    with recording() as sent:
+    torch_sent = recording_torch_collectives() if mode != "manual" else nullcontext()
+    with recording() as sent, torch_sent:  # 手写路径自己调 record；PyTorch 路径由 dispatch mode 记下
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
             loss = F.mse_loss(model(x, mask), target)
