@@ -3,6 +3,8 @@
 
 import types
 
+import torch.distributed as dist
+
 import pytest
 
 from tformer_lib.exercises import _sandbox, ch12
@@ -58,4 +60,29 @@ def test_allreduce_checker_runs_a_notebook_function_in_three_processes(capsys):
     assert ch12.check_allreduce_gradients(ns["allreduce_fixed"]).passed
     wrong = ch12.check_allreduce_gradients(ns["make"](2.0))  # 平均的 2 倍
     assert wrong.status == "failed" and wrong.mistake == "values"
+    capsys.readouterr()
+
+
+def _only_rank0(model):
+    if dist.get_rank() == 0:  # 别的进程不参加：rank 0 的 all_reduce 等不到同伴
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+    return model
+
+
+def _raise_on_rank1(model):
+    if dist.get_rank() == 1:
+        raise KeyError("只在 rank 1 上出错")
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+    return model
+
+
+def test_collective_mistakes_are_named_and_the_real_error_is_reported_first(capsys):
+    r = ch12.check_allreduce_gradients(_only_rank0, timeout=60)
+    assert r.status == "failed" and r.mistake == "collective_mismatch", r.message
+    r = ch12.check_allreduce_gradients(_raise_on_rank1, timeout=60)
+    assert r.status == "failed" and r.mistake == "exception" and "KeyError" in r.hint and "rank 1" in r.hint, r.message
     capsys.readouterr()

@@ -232,6 +232,12 @@ def _allreduce_worker(rank: int, world_size: int, shipped: tuple, cases: list[tu
     return {"status": "ok", "cases": out}
 
 
+def _is_comm_failure(res: dict) -> bool:
+    """子进程报回的异常是不是“对方已经断开”一类的通信错误（而不是读者代码本身的错）。"""
+    text = res.get("text", "") if res.get("status") == "exception" else ""
+    return "Connection closed" in text or "Connection reset" in text or "gloo" in text.lower()
+
+
 def _needs_process_group(exc: BaseException) -> bool:
     text = str(exc)
     return "process group" in text or "init_process_group" in text
@@ -261,7 +267,11 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
                 raise Mistake(f"{_WORLD} 个进程没有在 {timeout:g} 秒内全部完成：是不是只有部分进程调用了 all_reduce，"
                               "或者各进程调用的次数、张量形状不一样？集合通信要每个进程都参加", key="timeout") from None
             raise RuntimeError(f"起进程失败：{str(exc).splitlines()[0]}") from None
-        for rank, res in enumerate(results):
+        comm_failures = []
+        # 一个进程出错退出后，别的进程的集合通信会报“Connection closed”：先报真正的那个错
+        order = sorted(range(len(results)), key=lambda r: _is_comm_failure(results[r]))
+        for rank in order:
+            res = results[rank]
             status = res["status"]
             if status == "ship_error":
                 raise RuntimeError(f"没能把你的函数送进子进程（{res['text']}）")
@@ -274,7 +284,13 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
             if status == "exception":
                 if res["forbidden"]:
                     raise _library_mistake(res["forbidden"])
+                if _is_comm_failure(res):
+                    comm_failures.append(rank)
+                    continue
                 raise Mistake(f"你的函数在 rank {rank} 上抛出了 {res['type']}：{res['text']}", key="exception")
+        if comm_failures:
+            raise Mistake(f"rank {comm_failures[0]} 上的集合通信失败了：别的进程已经结束、不再参加。是不是只有部分进程调用了 "
+                          "all_reduce，或者各进程调用的次数不一样？集合通信要每个进程都参加、顺序相同", key="collective_mismatch")
         for k, (seed, per_rank) in enumerate(cases_):
             want = _grads(_grad_case(seed, per_rank, -1, _WORLD))  # 一个进程、整批
             for name, ref in want.items():
