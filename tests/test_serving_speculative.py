@@ -63,3 +63,29 @@ def test_bad_arguments():
         speculative_generate(target, other, [5], 3)
     with pytest.raises(ValueError, match="n_layers"):
         layer_skip_draft(target, 3)
+
+
+def test_shipped_draft_is_small_shares_the_tokenizer_and_keeps_outputs():
+    from tformer_lib.lm.pretrained import load_poem_model
+    from tformer_lib.serving.draft import DRAFT_RECIPE, SHIPPED_DRAFT, load_draft_model
+
+    target, tokenizer, _ = load_poem_model()
+    draft, draft_tokenizer, ckpt = load_draft_model()
+    assert draft_tokenizer.to_dict() == tokenizer.to_dict()
+    assert draft.config.to_dict() == {**target.config.to_dict(), **{k: DRAFT_RECIPE["model"][k] for k in
+                                                                     ("d_model", "n_heads", "n_layers", "d_ff")}}
+    assert sum(p.numel() for p in draft.parameters()) < sum(p.numel() for p in target.parameters()) / 4
+    assert SHIPPED_DRAFT.stat().st_size < 1_000_000 and ckpt["extra"]["steps"] == DRAFT_RECIPE["total_steps"]
+    prompt = tokenizer.encode("七绝《春日》", add_bos=True)
+    out, stats = speculative_generate(target, draft, prompt, 24, k=2)
+    assert out == generate(target, prompt, 24, method="greedy").tolist()
+    assert stats.accepted > 0  # 训练过的草稿确实猜对了一些
+
+
+def test_build_draft_checkpoint_writes_a_loadable_file(tmp_path):
+    from tformer_lib.serving.draft import build_draft_checkpoint, load_draft_model
+
+    path = build_draft_checkpoint(tmp_path / "draft.pt", steps=1, verbose=False)
+    draft, _, ckpt = load_draft_model(path)
+    assert draft.config.n_layers == 1 and ckpt["extra"]["steps"] == 1
+    assert not list(tmp_path.glob("*.tmp"))  # 原子写入：不留临时文件

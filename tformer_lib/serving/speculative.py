@@ -34,11 +34,21 @@ class SpeculativeStats:
     accepted: int = 0
     target_passes: int = 0
     draft_passes: int = 0
+    rejected: int = 0  # 有多少次验证在某个草稿词元处被拒（其后的草稿词元根本没被检验）
 
     @property
     def acceptance_rate(self) -> float:
         """被接受的草稿词元 ÷ 提出的草稿词元。"""
         return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """每个草稿词元被接受的概率 α 的估计：被检验过的词元里接受的比例 = 接受数 ÷（接受数 + 被拒次数）。
+
+        第一个被拒的词元之后的草稿不再检验，把它们也算作“没被接受”会低估 α（k > 1 时）；期望公式里的 α 指的是这个。
+        """
+        tested = self.accepted + self.rejected
+        return self.accepted / tested if tested else 0.0
 
 
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
@@ -72,6 +82,12 @@ def _greedy(logits: torch.Tensor, suppress_ids) -> torch.Tensor:
     return next_token_distribution(logits, 1.0, None, None, suppress_ids).argmax(dim=-1)
 
 
+def _draft_pick(logits: torch.Tensor, banned: list[int]) -> int:
+    """草稿的猜测只影响快慢、不影响结果，所以不必走 :func:`_greedy` 的完整检查：屏蔽特殊词后直接取最大者。"""
+    logits[..., banned] = float("-inf")
+    return int(logits.argmax(dim=-1))
+
+
 @torch.no_grad()
 def speculative_generate(
     target: nn.Module,
@@ -98,6 +114,7 @@ def speculative_generate(
     if len(seq) + max_new_tokens > max_len:
         raise ValueError(f"提示长度 {len(seq)} 加 max_new_tokens={max_new_tokens} 超过了草稿模型的上下文 {max_len}")
     device = next(target.parameters()).device
+    banned = sorted({int(t) for t in suppress_ids if 0 <= int(t) < draft.config.vocab_size})
     stats = SpeculativeStats()
     states = [(m, m.training) for m in (target, draft)]
     for m, _ in states:
@@ -114,9 +131,9 @@ def speculative_generate(
             proposal: list[int] = []
             for _ in range(n_draft):  # 草稿逐个猜（它的缓存可能落后好几个词元，一次补齐）
                 fresh = (seq + proposal)[d_cache.length:]
-                logits = draft(torch.tensor([fresh], device=device), cache=d_cache)[:, -1]  # (1, V)
+                logits = draft(torch.tensor([fresh], device=device), cache=d_cache)[0, -1]  # (V,)
                 stats.draft_passes += 1
-                proposal.append(int(_greedy(logits, suppress_ids)))
+                proposal.append(_draft_pick(logits, banned))
                 if proposal[-1] == eos_id:
                     break
             # 目标一次前向验证：输入是尚未进缓存的词元（上一个词元）+ 全部草稿
@@ -129,6 +146,7 @@ def speculative_generate(
                 n += 1
             stats.proposed += len(proposal)
             stats.accepted += n
+            stats.rejected += n < len(proposal)
             new = proposal[:n] + [choices[n]]
             seq += new
             # 缓存回退到已确认的前缀：最后一个新词元（目标的改正或奖励）还没进缓存，下一轮再送

@@ -56,22 +56,32 @@ def make_workload(prompts: Sequence[Sequence[int]], n_requests: int, *, max_len:
     return items
 
 
-def run_static(model: nn.Module, items: Sequence[WorkItem], *, max_batch: int = 8,
-               eos_id: int | None = None) -> tuple[list[Request], float]:
+def run_static(model: nn.Module, items: Sequence[WorkItem], *, max_batch: int = 8, eos_id: int | None = None,
+               max_wait: float = 0.05) -> tuple[list[Request], float]:
     """静态批处理：已到达的请求凑成一批（至多 ``max_batch`` 条），一起跑到这批里最长的一条结束，再开下一批。
 
+    开批的时机是常见的“凑满或超时”：已到达 ``max_batch`` 条、或最早到的那条已等了 ``max_wait`` 秒、或后面不会
+    再有请求来。不等的话，负载开头只到了一两条时就开批，整批槽位被这一两条占到结束，对静态批处理不公平。
+    每批用 :func:`~.ragged.greedy_batch`（左侧填充、连续的 K/V 缓存，与连续批处理同一个模型前向）。
     返回每个请求的记录（时刻、每步所在槽位）与总墙钟时间。
     """
+    if not (isinstance(max_wait, (int, float)) and not isinstance(max_wait, bool) and max_wait >= 0):
+        raise ValueError(f"max_wait 应是非负的秒数，收到 {max_wait!r}")
     start = time.perf_counter()
     requests = [Request(list(it.prompt), it.max_new_tokens, i, start + it.arrival) for i, it in enumerate(items)]
     pending, step = list(requests), 0
     while pending:
         now = time.perf_counter()
-        if pending[0].arrival > now:
-            time.sleep(pending[0].arrival - now)
-            now = time.perf_counter()
-        batch = [r for r in pending if r.arrival <= now][:max_batch]
-        pending = [r for r in pending if r not in batch]
+        arrived = [r for r in pending if r.arrival <= now]
+        if len(arrived) < min(max_batch, len(pending)):  # 还没凑满，后面还有请求要来
+            later = min(r.arrival for r in pending if r.arrival > now)
+            deadline = min(r.arrival for r in arrived) + max_wait if arrived else later
+            if now < deadline:
+                time.sleep(max(0.0, min(later, deadline) - now))
+                continue
+        batch = arrived[:max_batch]
+        taken = {id(r) for r in batch}
+        pending = [r for r in pending if id(r) not in taken]
         steps_of = [0] * len(batch)
 
         def on_token(b, token, batch=batch, steps_of=steps_of, base=step):
