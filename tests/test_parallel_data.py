@@ -81,6 +81,8 @@ def test_manual_all_reduce_sends_every_gradient_once(runs):
     model, _, dp = runs
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     assert dp["manual"]["bytes_per_step"] == n_bytes == data_parallel_payload(sum(p.numel() for p in model.parameters()))
+    # DDP 把同样的 4N 字节装进桶里（小模型一个桶就够：默认桶容量 25 MiB）
+    assert dp["ddp"]["bytes_per_step"] == n_bytes and dp["ddp"]["buckets"] == [n_bytes]
     assert ring_all_reduce_bytes(n_bytes, 2) == n_bytes  # p = 2：2(p−1)/p = 1
     assert ring_all_reduce_bytes(n_bytes, 8) == pytest.approx(1.75 * n_bytes)
 

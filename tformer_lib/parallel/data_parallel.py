@@ -149,7 +149,9 @@ def train_lm_worker(rank: int, world_size: int, modes, config_dict: dict, state:
                     steps: int, batch_size: int, lr: float, seed: int = 0) -> dict:
     """每个进程里跑的函数：对 ``modes`` 中每种写法，从同一初始参数训 ``steps`` 步。
 
-    返回 ``{mode: {"losses": [...], "params": {name: tensor}, "bytes_per_step": int}}``（每个 rank 一份）。
+    返回 ``{mode: {"losses": [...], "params": {name: tensor}, "bytes_per_step": int, "buckets": ...}}``（每个 rank
+    一份）。``bytes_per_step`` 是每步交给梯度 all-reduce 的字节：手写路径是实际交出的张量之和；DDP 是它每个桶的字节数
+    之和（``buckets``，读自 DDP 的日志；手写路径为 ``None``）。另有一次 16 字节的 all-reduce 统计全局目标数，不计在内。
     """
     out = {}
     batches = rank_batches(len(blocks), batch_size, rank, world_size, seed)
@@ -167,11 +169,14 @@ def train_lm_worker(rank: int, world_size: int, modes, config_dict: dict, state:
             ddp = DistributedDataParallel(model)  # CPU：不给 device_ids
             optimizer = torch.optim.AdamW(ddp.parameters(), lr=lr)
             losses = _train(ddp, optimizer, batches, blocks, steps)
-            sent["bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+            # DDP 在 C++ 里按桶（bucket）all-reduce，Python 看不到那些张量；它的日志记着每个桶的字节数
+            info = ddp._get_ddp_logging_data()
+            sent["buckets"] = [int(b) for b in str(info.get("bucket_sizes", "")).split(",") if b.strip()]
+            sent["bytes"] = sum(sent["buckets"])
         else:
             raise ValueError(f"mode 应是 {DP_MODES} 之一，收到 {mode!r}")
         out[mode] = {"losses": losses, "params": {k: v.detach().clone() for k, v in model.named_parameters()},
-                     "bytes_per_step": sent["bytes"]}
+                     "bytes_per_step": sent["bytes"], "buckets": sent.get("buckets")}
     return out
 
 
