@@ -117,6 +117,8 @@ def test_bad_run_arguments_are_named():
         global_mean_lm_loss(model, blocks[0])
     with pytest.raises(ValueError, match="block 每行至少要 2 个词元"):
         global_mean_lm_loss(model, blocks[:, :1])
+    with pytest.raises(TypeError, match="blocks 应是整数类型的词元 id"):
+        train_single_process(model, blocks.float(), 1, 4, 1e-3)
 
 
 def test_bad_mode_is_rejected():

@@ -94,7 +94,7 @@ def global_mean_lm_loss(model, block: torch.Tensor) -> tuple[torch.Tensor, float
     Σ_r 总和_r / N（各进程相同，用于日志）。为此每步多一次只有两个数的 all-reduce（float64：目标数精确）。
     没有进程组时 p = 1，就是普通的“总和 / 目标数”。``block`` 是 ``(b, L+1)`` 的词元块（输入与目标错开一位）。
     """
-    tensor_with_dim("block", block, 2, "(b, L+1)")
+    _token_blocks("block", block, "(b, L+1)")
     if block.shape[1] < 2:
         raise ValueError(f"block 每行至少要 2 个词元（输入与目标错开一位），收到形状 {tuple(block.shape)}")
     inputs, targets = block[:, :-1], block[:, 1:]  # (b, L), (b, L)
@@ -118,8 +118,14 @@ def _new_model(config_dict: dict, state: dict):
     return model
 
 
+def _token_blocks(name: str, blocks, layout: str) -> None:
+    tensor_with_dim(name, blocks, 2, layout)
+    if blocks.dtype.is_floating_point or blocks.dtype == torch.bool or blocks.is_complex():
+        raise TypeError(f"{name} 应是整数类型的词元 id {layout}，收到 dtype {blocks.dtype}")
+
+
 def _check_run(blocks, steps: int, batch_size: int, lr: float, world_size: int) -> None:
-    tensor_with_dim("blocks", blocks, 2, "(n_blocks, L+1)")
+    _token_blocks("blocks", blocks, "(n_blocks, L+1)")
     positive_int("steps", steps)
     positive_int("batch_size", batch_size)
     finite_positive("lr", lr)
