@@ -44,6 +44,12 @@ def test_several_timelines_stack_and_measured_seconds_become_ms(render):
         plot_pipeline_timeline(measured, time_unit="h")
     with pytest.raises(TypeError, match="PipelineEvent"):
         plot_pipeline_timeline([1, 2])
+    from tformer_lib.plotting._common import new_figure
+
+    fig, ax = new_figure()
+    assert render(plot_pipeline_timeline(measured, ax=ax)) is fig and ax.get_legend() is not None
+    with pytest.raises(ValueError, match="ax"):
+        plot_pipeline_timeline({"a": measured, "b": measured}, ax=ax)
 
 
 def test_zero_memory_bars_are_the_formula_and_measured_sits_beside_stage_3(render):
