@@ -136,15 +136,18 @@ class _PagedLayer(AttentionCache):
     def __init__(self, store_k, store_v, new_index, write_slots, read_slots):
         super().__init__(static=False)
         self.store_k, self.store_v = store_k, store_v
-        self.new_index = new_index  # (N_new,)：(B·T_new) 展平后哪些是真实的新词元（其余是右侧填充）
+        self.new_index = new_index  # (N_new,)：(B·T_new) 展平后哪些是真实的新词元（其余是右侧填充）；None = 没有填充
         self.write_slots, self.read_slots = write_slots, read_slots  # (N_new,), (B, T_k)
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch, heads, length, d_k = k.shape
         flat_k = k.transpose(1, 2).reshape(batch * length, heads, d_k)  # (B·T_new, h_kv, d_k)
         flat_v = v.transpose(1, 2).reshape(batch * length, heads, d_k)  # (B·T_new, h_kv, d_k)
-        self.store_k.index_copy_(0, self.write_slots, flat_k.index_select(0, self.new_index).to(self.store_k.dtype))
-        self.store_v.index_copy_(0, self.write_slots, flat_v.index_select(0, self.new_index).to(self.store_v.dtype))
+        if self.new_index is not None:  # 去掉右侧填充
+            flat_k = flat_k.index_select(0, self.new_index)  # (N_new, h_kv, d_k)
+            flat_v = flat_v.index_select(0, self.new_index)  # (N_new, h_kv, d_k)
+        self.store_k.index_copy_(0, self.write_slots, flat_k.to(self.store_k.dtype))
+        self.store_v.index_copy_(0, self.write_slots, flat_v.to(self.store_v.dtype))
         shape = (*self.read_slots.shape, heads, d_k)  # (B, T_k, h_kv, d_k)
         full_k = self.store_k.index_select(0, self.read_slots.flatten()).view(shape).transpose(1, 2)  # (B, h_kv, T_k, d_k)
         full_v = self.store_v.index_select(0, self.read_slots.flatten()).view(shape).transpose(1, 2)  # (B, h_kv, T_k, d_k)
@@ -212,10 +215,12 @@ class PagedKVCache:
         step = torch.arange(t_new)[None, :, None]  # (1, T_new, 1)
         real_query = step < torch.tensor(n_new)[:, None, None]  # (B, T_new, 1)
         valid = (torch.arange(width)[None, None, :] <= start + step) & real_query  # (B, T_new, T_k)
-        new_index = torch.tensor([b * t_new + i for b, n in enumerate(n_new) for i in range(n)])  # (N_new,)
         device = self.k[0].device
+        new_index = None  # 解码步每行都是 1 个新词元：没有填充，不必挑
+        if min(n_new) < t_new:
+            new_index = torch.tensor([b * t_new + i for b, n in enumerate(n_new) for i in range(n)]).to(device)  # (N_new,)
         write_slots = torch.tensor([slot for row in write for slot in row], device=device)  # (N_new,)
-        new_index, read = new_index.to(device), read.to(device)
+        read = read.to(device)
         cache = LMCache(len(self.k))
         cache.layers = [_PagedLayer(k, v, new_index, write_slots, read) for k, v in zip(self.k, self.v)]
         cache.length = width - t_new
