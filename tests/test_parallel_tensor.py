@@ -45,12 +45,14 @@ def _assert_same_training(ref, res, params):
 @pytest.mark.parametrize("activation", ["gelu", "swiglu"])
 def test_manual_megatron_split_trains_like_the_unsplit_block(activation):
     block, x, target, mask = _problem(activation)
+    x.requires_grad_(activation == "swiglu")  # 输入要梯度时，注意力入口 f 的反向 all-reduce 也要发生
     ref = train_single_block(block, x, target, mask, STEPS, LR)
     res = launch(tp_train_worker, 2, ("manual", block, x, target, mask, STEPS, LR), timeout=150)
     _assert_same_training(ref, res, gather_manual_params([r["params"] for r in res]))
     # 通信量：每步前向 2 次 + 反向 2 次 all-reduce，每次 (B, T, d_model)——与参数量无关
-    # （x 是数据、不需要梯度，所以注意力入口的反向 all-reduce 不发生：3 次而不是 4 次）
-    assert res[0]["bytes_per_step"] == tensor_parallel_payload(*x.shape, n_blocks=1, input_requires_grad=False)
+    # （x 不需要梯度时注意力入口的反向 all-reduce 不发生：3 次而不是 4 次）
+    payload = tensor_parallel_payload(*x.shape, n_blocks=1, input_requires_grad=x.requires_grad)
+    assert res[0]["bytes_per_step"] == payload == (4 if x.requires_grad else 3) * x.numel() * 4
     # 每个进程只存 1/p 的 W^Q 与 W_1
     assert res[0]["params"]["attn.w_q.weight"].shape == (8, 16) and res[0]["params"]["ffn.w_1.weight"].shape == (16, 16)
 
