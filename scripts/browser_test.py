@@ -91,6 +91,7 @@ STATIC_EXPLORERS = {
     "notebooks/08_inference_efficiency": "d_model",
     "notebooks/09_language_model": "采样设置",
     "notebooks/11_memory_precision": "批大小 B",
+    "notebooks/12_distributed": "微批数 m",
     "notebooks/13_serving": "引擎步",
 }
 
