@@ -71,7 +71,7 @@ def test_tensor_parallel_demo_without_pool():
     x, target = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
     tp = demo_tensor_parallel(block, x, target, causal_mask(5), steps=2)  # 不给 pool：走 launch
     assert tp["manual"]["within"] and tp["manual"]["ranks_agree"] and tp["torch"]["within"], (tp["manual"]["param_diff"], tp["torch"]["param_diff"])
-    assert tp["manual"]["bytes_per_step"] == tp["manual"]["payload_formula"]
+    assert tp["manual"]["bytes_per_step"] == tp["manual"]["payload_formula"] == tp["torch"]["bytes_per_step"]
     assert tp["manual"]["shard_shapes"]["attn.w_q.weight"] == (8, 16)
 
 

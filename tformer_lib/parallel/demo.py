@@ -268,7 +268,8 @@ def demo_tensor_parallel(block: ResidualBlock, x: torch.Tensor, target: torch.Te
     ``parallelize_module``（注意力与 FFN 都切，``"torch"``）。
 
     返回 ``{"manual": {"within", "param_diff", "ranks_agree", "shard_shapes", "full_shapes", "bytes_per_step",
-    "payload_formula"}, "torch": {"within", "param_diff"}, "reference": {"losses"}, "tolerance"}``。
+    "payload_formula"}, "torch": {"within", "param_diff", "bytes_per_step"（PyTorch 自己发起的 all-reduce）},
+    "reference": {"losses"}, "tolerance"}``。
     """
     ref = train_single_block(block, x, target, mask, steps, lr)
     res = _run(pool, _tp_worker, 2, (block, x, target, mask, steps, lr), timeout)
@@ -288,6 +289,7 @@ def demo_tensor_parallel(block: ResidualBlock, x: torch.Tensor, target: torch.Te
                                                                  input_requires_grad=x.requires_grad)}}
     torch_diff = max(max_param_diff(r["torch_block"]["params"], ref["params"]) for r in res)
     out["torch"] = {"param_diff": torch_diff, "losses": res[0]["torch_block"]["losses"],
+                    "bytes_per_step": res[0]["torch_block"]["bytes_per_step"],
                     "within": torch_diff <= tol and _max_rel(res[0]["torch_block"]["losses"], ref["losses"]) <= 1e-6}
     return out
 
