@@ -22,6 +22,23 @@ def _fail_on_rank1(rank, world_size):
     return rank
 
 
+def _add_in_place(rank, world_size, t, layer):
+    t.add_(rank + 1)  # 每个进程原地改自己拿到的参数
+    with torch.no_grad():
+        layer.weight.add_(10.0)
+    dist.barrier()
+    return float(t.sum()), float(layer.weight.sum())
+
+
+def test_each_rank_gets_a_private_copy_of_the_arguments():
+    t, layer = torch.zeros(3), torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        layer.weight.zero_()
+    out = launch(_add_in_place, 2, (t, layer), timeout=90)
+    assert out == [(3.0, 40.0), (6.0, 40.0)]  # 各改各的：没有看到另一个进程的修改
+    assert float(t.sum()) == 0.0 and float(layer.weight.sum()) == 0.0  # 父进程的张量没有被改动
+
+
 def _sleep(rank, world_size):
     time.sleep(120)
 

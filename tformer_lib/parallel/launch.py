@@ -50,9 +50,10 @@ def _dumps(obj) -> bytes:
     return buffer.getvalue()
 
 
-def _worker(rank, world_size, port, backend, timeout, threads, fn, args, results):
+def _worker(rank, world_size, port, backend, timeout, threads, fn, packed_args, results):
     torch.set_num_threads(threads)
     try:
+        args = torch.load(io.BytesIO(packed_args), weights_only=False)  # 每个进程一份私有的拷贝
         if backend == "nccl":
             torch.cuda.set_device(rank % torch.cuda.device_count())
         store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=timedelta(seconds=timeout))
@@ -71,6 +72,8 @@ def launch(fn, world_size: int = 2, args: tuple = (), *, device: str = "cpu", ti
            threads: int = 1) -> list:
     """起 ``world_size`` 个进程各跑 ``fn(rank, world_size, *args)``，返回按 rank 排好的返回值列表。
 
+    ``args`` 按 ``torch.save`` 的字节传给每个进程：每个进程拿到自己的一份拷贝，原地修改（如训练传入的模型）
+    不会影响父进程，也不会影响别的进程（``multiprocessing`` 默认会把张量放进共享内存，几个进程改的是同一块）。
     timeout：整个运行的秒数上限（进程组的集合通信也用它）；超时、任一进程出错或意外退出都抛
     :class:`DistributedError`，并结束其余进程——测试与笔记本永远不会挂住。
     """
@@ -87,7 +90,9 @@ def launch(fn, world_size: int = 2, args: tuple = (), *, device: str = "cpu", ti
     store = dist.TCPStore(_HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout), wait_for_workers=False)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(r, world_size, store.port, backend, timeout, threads, fn, args, results),
+    # 参数按字节传（torch.save），不走 multiprocessing 的张量共享内存：否则各进程原地更新的是父进程的同一块存储
+    packed = _dumps(tuple(args))
+    procs = [ctx.Process(target=_worker, args=(r, world_size, store.port, backend, timeout, threads, fn, packed, results),
                          daemon=True) for r in range(world_size)]
     for p in procs:
         p.start()
