@@ -1,9 +1,10 @@
 """FSDP2（fully_shard，2 个进程，gloo）：AdamW 4 步后与单进程整批（也就是与 DDP）的损失（相对 1e-5）、参数（≤ 5e-5，
-实测约 4e-6，与 DDP 相同）一致；每个进程实际持有的参数/梯度/优化器字节等于 ZeRO 阶段 3 的公式。"""
+实测约 4e-6，与 DDP 相同）一致（PAD 在各进程间分布不均，损失按全局目标数平均）；每个进程实际持有的参数/梯度/优化器字节等于 ZeRO 阶段 3 的公式。"""
 
 import pytest
 import torch
 
+from tformer_lib import PAD
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.parallel import launch
 from tformer_lib.parallel.data_parallel import train_single_process
@@ -16,7 +17,10 @@ STEPS, BATCH, LR = 4, 8, 1e-2
 def test_fully_shard_trains_like_one_process_and_stores_a_half_per_rank():
     torch.manual_seed(0)
     model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=16))
-    blocks = torch.randint(4, 30, (32, 9))
+    gen = torch.Generator().manual_seed(2)
+    blocks = torch.randint(4, 30, (32, 9), generator=gen)
+    keep = torch.randint(2, 10, (32,), generator=gen)
+    blocks[torch.arange(9) >= keep[:, None]] = PAD  # 每块尾部随机长度的 PAD：各进程每步的真实目标数不同
     ref = train_single_process(model, blocks, STEPS, BATCH, LR)
     res = launch(fsdp_train_worker, 2, (model.config.to_dict(), model.state_dict(), blocks, STEPS, BATCH, LR), timeout=150)
     assert ref["losses"] == pytest.approx(res[0]["losses"], rel=1e-5)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .data_parallel import _lm_loss, _new_model, rank_batches
+from .data_parallel import _new_model, global_mean_lm_loss, rank_batches
 
 __all__ = ["fsdp_train_worker", "local_bytes"]
 
@@ -34,7 +34,8 @@ def fsdp_train_worker(rank: int, world_size: int, config_dict: dict, state: dict
                       batch_size: int, lr: float, seed: int = 0) -> dict:
     """每个进程里：``fully_shard`` 每块与整个模型，AdamW 训练 ``steps`` 步。
 
-    返回每步损失（各进程平均）、拼好的完整参数、本进程的字节数（第一步之后量）与参数个数 N。
+    损失与数据并行一样取整批意义下的平均（:func:`~tformer_lib.parallel.data_parallel.global_mean_lm_loss`）。
+    返回每步损失（整批的平均损失）、拼好的完整参数、本进程的字节数（第一步之后量）与参数个数 N。
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -50,13 +51,11 @@ def fsdp_train_worker(rank: int, world_size: int, config_dict: dict, state: dict
     losses, measured = [], None
     for step in range(steps):
         optimizer.zero_grad(set_to_none=False)
-        loss = _lm_loss(model, blocks[batches[step]])
-        loss.backward()
+        loss, value = global_mean_lm_loss(model, blocks[batches[step]])  # 按全局目标数加权：PAD 不均也等于整批
+        loss.backward()  # FSDP 的 reduce-scatter 对梯度求平均，与 DDP 相同
         optimizer.step()
         if measured is None:
             measured = local_bytes(model, optimizer)
-        value = loss.detach().clone()
-        dist.all_reduce(value)
-        losses.append(float(value) / world_size)
+        losses.append(value)
     params = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.named_parameters()}
     return {"losses": losses, "params": params, "bytes": measured, "n_params": n_params}
