@@ -167,8 +167,8 @@ def plot_step_times(times: Mapping[str, Sequence[float]], *, reference: str | No
     return fig
 
 
-def plot_mfu(achieved: float, peak: float, *, title: str | None = None):
-    """训练步实际达到的 FLOP/s 与同一台机器上实测的矩阵乘法“峰值”并排，图注写出 MFU = 二者之比。
+def plot_mfu(achieved: float, peak: float, *, label: str = "一个训练步", title: str | None = None):
+    """训练步（``label``）实际达到的 FLOP/s 与同一台机器上实测的矩阵乘法“峰值”并排，图注写出 MFU = 二者之比。
 
     两个数都是同一次运行里现测的；它们随负载变化，所以只画在图上（:mod:`tformer_lib.profiling`）。
     """
@@ -176,7 +176,7 @@ def plot_mfu(achieved: float, peak: float, *, title: str | None = None):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise ValueError(f"{name} 应为正的有限数（FLOP/s），收到 {value!r}")
     fig, ax = new_figure((6.4, 2.3))
-    labels = ["大方阵乘法（峰值）", "一个训练步"]
+    labels = ["大方阵乘法（峰值）", str(label)]
     values = np.array([peak, achieved]) / 1e9
     ax.barh(labels, values, color=["#7f7f7f", "#1f77b4"])
     for y, v in enumerate(values):
@@ -185,7 +185,7 @@ def plot_mfu(achieved: float, peak: float, *, title: str | None = None):
     ax.set_xlim(0, values.max() * 1.3)
     ax.set_xlabel("每秒浮点运算次数（GFLOP/s，单线程）")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(title or f"MFU = 训练步 ÷ 峰值 = {achieved / peak:.2f}")
+    ax.set_title(title or f"MFU = {label} ÷ 峰值 = {achieved / peak:.2f}")
     return fig
 
 
