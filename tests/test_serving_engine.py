@@ -212,3 +212,62 @@ def test_decode_and_prefill_share_one_forward():
     # 第 1 步：a、b 一起预填充；第 2 步：a 已离开，b 解码 1 个、c 预填充 4 个，打包成一次前向 (1, 5)
     assert calls[:2] == [(1, 5), (1, 5)] and len(calls) == engine.steps
     assert [r.output for r in (a, b, c)] == [_alone(model, r.prompt, r.max_new_tokens) for r in (a, b, c)]
+
+
+def test_requests_admitted_in_the_same_step_share_prefix_blocks():
+    shared = list(range(4, 4 + 12))  # 3 个满块（block_size=4）
+    prompts = [shared + [20, 21], shared + [22], shared + [23, 24, 25]]
+    for options in (dict(positional="rope"), dict(positional="learned", n_kv_heads=2)):
+        model = _model(2, **options)
+        engine = Engine(model, max_batch=3, block_size=4)
+        requests = [engine.add_request(p, 6) for p in prompts]  # 三条同一步接纳：第一条的块在本步前向里才写
+        engine.step()
+        manager = engine.cache.manager
+        assert [manager.tables[r.request_id][:3] for r in requests[1:]] == [manager.tables[0][:3]] * 2
+        engine.run()
+        assert [r.output for r in requests] == [_alone(model, p, 6) for p in prompts]
+        assert engine.prefill_tokens_saved == 2 * 12
+        assert manager.used_blocks == 0 and sorted(manager.free_blocks) == list(range(manager.num_blocks))
+
+
+def test_prefix_registration_survives_its_first_owner():
+    # 序列 0 与 1 的提示相同、正好 2 个满块：1 只能共用第一块（最后一个词元要重算），第二块自己算一份（备用）
+    prompt = [5, 6, 7, 8]
+    manager = BlockManager(num_blocks=8, block_size=2)
+    manager.allocate(0, prompt)
+    manager.register_prefix(0, prompt)
+    assert manager.allocate(1, prompt) == 2
+    manager.register_prefix(1, prompt)
+    manager.free(0)  # 第一个主人走了，序列 1 还持有内容相同的两块：登记转给它们
+    assert manager.allocate(2, prompt + [9]) == 4 and manager.tables[2][:2] == manager.tables[1][:2]
+    manager.free(1)
+    manager.free(2)
+    assert manager.used_blocks == 0 and sorted(manager.free_blocks) == list(range(8))
+    assert manager.allocate(3, prompt + [9]) == 0  # 没有序列再持有这段前缀：登记作废，不会指向已空闲的块
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ref_counts_exact_when_freed_in_any_order(seed):
+    rng = random.Random(seed)
+    manager = BlockManager(num_blocks=64, block_size=2)
+    heads = [[5, 6, 7, 8, 9, 10], [5, 6, 11, 12]]
+    live = {}
+    for seq in range(40):
+        if live and rng.random() < 0.4:  # 随机释放一条
+            victim = rng.choice(sorted(live))
+            manager.free(victim)
+            del live[victim]
+        prompt = rng.choice(heads)[: rng.randint(1, 6)] + [rng.randrange(4, 20) for _ in range(rng.randint(0, 3))]
+        reused = manager.allocate(seq, prompt)
+        manager.register_prefix(seq, prompt)
+        live[seq] = prompt
+        for i in range(reused // 2):  # 共用的块装的正是这段前缀
+            assert manager._block_key[manager.tables[seq][i]] == tuple(prompt[: 2 * (i + 1)])
+        held = [b for t in manager.tables.values() for b in t]
+        assert all(manager.ref_count[b] == held.count(b) for b in set(held))
+        assert not set(held) & set(manager.free_blocks) and len(set(manager.free_blocks)) == len(manager.free_blocks)
+        assert all(manager.ref_count[b] > 0 for b in list(manager._block_key) + list(manager._spare_key))
+    for victim in rng.sample(sorted(live), len(live)):
+        manager.free(victim)
+    assert sorted(manager.free_blocks) == list(range(64)) and manager.ref_count == [0] * 64
+    assert not manager._prefix and not manager._block_key and not manager._spare

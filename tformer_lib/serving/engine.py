@@ -149,6 +149,8 @@ class Engine:
                 break
             self.waiting.popleft()
             reused = manager.allocate(request.request_id, request.prompt)
+            # 马上登记它写满的提示块：本步前向里每层先写后读，同一步后接纳的同前缀请求也能共用
+            manager.register_prefix(request.request_id, request.prompt)
             growth += final - len(manager.tables[request.request_id])  # 增量地记账，不必每接纳一条就重算全部
             self.prefill_tokens_saved += reused
             slot = free.pop()
@@ -172,9 +174,6 @@ class Engine:
             cache, positions, mask, last = self.cache.packed_view(seq_ids, lengths)
             batch = torch.tensor([[t for _, _, tokens in work for t in tokens]], device=positions.device)  # (1, N)
             logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)[0, last]  # (B, V)
-        for _, request, _ in work:
-            if not request.output:  # 刚预填充完：它写满的块可供后来的同前缀请求共用
-                self.cache.manager.register_prefix(request.request_id, request.prompt)
         self.peak_held_bytes = max(self.peak_held_bytes, self.cache.held_bytes())
         now = time.perf_counter()
         for (slot, request, _), token in zip(work, self._next_tokens(logits)):

@@ -39,8 +39,11 @@ class BlockManager:
         self.ref_count = [0] * num_blocks
         self.tables: dict[int, list[int]] = {}  # 序列 id → 块表
         self.lengths: dict[int, int] = {}  # 序列 id → 已写入的位置数
-        self._prefix: dict[tuple[int, ...], int] = {}  # 写满的前缀块：前缀词元 → 块号
-        self._block_key: dict[int, tuple[int, ...]] = {}
+        self._prefix: dict[tuple[int, ...], int] = {}  # 写满的前缀块：前缀词元 → 块号（新请求共用的那一块）
+        self._block_key: dict[int, tuple[int, ...]] = {}  # 登记过的块 → 前缀词元
+        # 内容相同、但各自算出来的块（同一前缀的请求在共用之前已各算了一份）：登记的那块被释放时接替它
+        self._spare: dict[tuple[int, ...], list[int]] = {}
+        self._spare_key: dict[int, tuple[int, ...]] = {}
 
     # ---------------------------------------------------------------- 查询
     @property
@@ -94,14 +97,25 @@ class BlockManager:
         return reused
 
     def register_prefix(self, seq_id: int, prompt: list[int]) -> None:
-        """提示写进缓存之后调用：把它写满的块登记为可共用的前缀块。"""
+        """把序列 ``seq_id`` 的提示写满的块登记为可共用的前缀块。
+
+        引擎在 :meth:`allocate` 之后、本步前向*之前*就登记：同一步里后接纳的同前缀请求也能共用。这是安全的，
+        因为每一层都先把本步所有新 K/V 写进槽位、再按块表收集（见 :class:`_PackedLayer`），读到的已是本步写好的值。
+        同一前缀已有登记块时，这条序列自己算出的那块记作“备用”：登记块被释放时由仍被占着的备用块接替，
+        后来的请求照样能共用。
+        """
         if not self.prefix_caching:
             return
         for i in range(len(prompt) // self.block_size):
             key = tuple(prompt[: (i + 1) * self.block_size])
             block = self.tables[seq_id][i]
-            if key not in self._prefix and block not in self._block_key:
+            if block in self._block_key or block in self._spare_key:
+                continue  # 这块本来就是共用来的（或已登记）
+            if key not in self._prefix:
                 self._prefix[key], self._block_key[block] = block, key
+            else:
+                self._spare.setdefault(key, []).append(block)
+                self._spare_key[block] = key
 
     def append_slots(self, seq_id: int, n_tokens: int) -> list[int]:
         """序列要再写 ``n_tokens`` 个位置：需要时分配新块，返回这些位置的槽位号。"""
@@ -117,17 +131,40 @@ class BlockManager:
         return [self.slot(seq_id, p) for p in range(start, start + n_tokens)]
 
     def free(self, seq_id: int) -> None:
-        """序列结束：引用计数减一，降到 0 的块回到空闲栈（它的前缀登记也一并作废）。"""
+        """序列结束：引用计数减一，降到 0 的块回到空闲栈。
+
+        回到空闲栈的块若登记为前缀块，登记转给一块内容相同、仍被占着的备用块（没有就作废）；只要还有序列
+        持有这段前缀的块，后来的请求就能共用它。
+        """
         if seq_id not in self.tables:
             raise KeyError(f"seq_id={seq_id} 没有登记（先 allocate，或它已经 free 了）")
         for block in self.tables.pop(seq_id):
             self.ref_count[block] -= 1
             if self.ref_count[block] == 0:
-                key = self._block_key.pop(block, None)
-                if key is not None:
-                    del self._prefix[key]
+                self._forget(block)
                 self.free_blocks.append(block)
         del self.lengths[seq_id]
+
+    def _forget(self, block: int) -> None:
+        """块 ``block`` 不再被任何序列引用：撤下它的前缀登记（由备用块接替）或备用记录。"""
+        key = self._spare_key.pop(block, None)
+        if key is not None:
+            self._spare[key].remove(block)
+            if not self._spare[key]:
+                del self._spare[key]
+            return
+        key = self._block_key.pop(block, None)
+        if key is None:
+            return
+        spares = self._spare.pop(key, None)
+        if spares:
+            heir = spares.pop(0)
+            del self._spare_key[heir]
+            self._prefix[key], self._block_key[heir] = heir, key
+            if spares:
+                self._spare[key] = spares
+        else:
+            del self._prefix[key]
 
 
 class _PagedLayer(AttentionCache):
