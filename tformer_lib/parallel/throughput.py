@@ -64,7 +64,8 @@ THROUGHPUT_RESULTS = Path(__file__).resolve().parent.parent / "results" / "throu
 def run_throughput_rounds(rounds: int = 5, steps: int = 5, batch_size: int = 16, timeout: float = 600.0) -> dict:
     """随书唐诗模型（第 9 章的配方）上交替量 ``rounds`` 轮 :func:`measure_throughput`：每轮先 1×2、再 2×1。
 
-    一轮一对，比值逐轮算：机器上别的任务让某一轮整体变慢时，同一轮的两种布局一起受影响。
+    一轮一对，比值逐轮算：机器上别的任务让某一轮整体变慢时，同一轮的两种布局一起受影响。每轮记下开始时的
+    1 分钟平均负载（``load_average``），看得出负载与两种布局之比的关系。
     """
     from ..lm import poem_data
     from ..lm.pretrained import POEM_RECIPE, poem_model_config
@@ -77,7 +78,9 @@ def run_throughput_rounds(rounds: int = 5, steps: int = 5, batch_size: int = 16,
     blocks = data["train_blocks"][: (steps + 1) * batch_size + 1]
     out = []
     for _ in range(rounds):
-        out.append(measure_throughput(model, blocks, steps=steps, batch_size=batch_size, timeout=timeout))
+        load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None  # 这一轮开始时的 1 分钟平均负载
+        out.append({**measure_throughput(model, blocks, steps=steps, batch_size=batch_size, timeout=timeout),
+                    "load_average": load})
     n_params = sum(p.numel() for p in model.parameters())
     return {"rounds": out, "settings": {"rounds": rounds, "steps": steps, "batch_size": batch_size,
                                         "context": int(blocks.shape[1] - 1), "n_params": n_params,
