@@ -53,7 +53,7 @@ def test_demos_report_equality_and_bytes(pool, tiny):
     for mode in ("manual", "ddp", "fsdp"):
         assert dp[mode]["within"], (mode, dp[mode]["param_diff"])
     n = dp["n_params"]
-    assert dp["bytes_per_step"] == dp["payload_formula"] == 4 * n
+    assert dp["bytes_per_step"] == dp["payload_formula"] == 4 * n == sum(dp["ddp_buckets"])
     assert sum(b["parameters"] for b in dp["fsdp_bytes"]) == 4 * n
     assert dp["fsdp_bytes"][0]["parameters"] > dp["zero3_formula"]["parameters"] > dp["fsdp_bytes"][1]["parameters"]
 

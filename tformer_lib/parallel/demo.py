@@ -233,7 +233,7 @@ def demo_data_parallel(model, blocks: torch.Tensor, *, steps: int = 3, batch_siz
     """同一初始参数、同一批数据：单进程整批 vs 2 个进程的手写 all-reduce、DDP、FSDP2（AdamW，``steps`` 步）。
 
     返回 ``{"reference": {"losses"}, "manual"/"ddp"/"fsdp": {"losses", "param_diff", "loss_rel_diff", "within"},
-    "bytes_per_step"（手写 all-reduce 实际交出的字节）, "payload_formula", "fsdp_bytes"（每个 rank）,
+    "bytes_per_step"（手写 all-reduce 实际交出的字节）, "ddp_buckets"（DDP 每个桶的字节）, "payload_formula", "fsdp_bytes"（每个 rank）,
     "zero3_formula", "n_params"}``。
     """
     ref = train_single_process(model, blocks, steps, batch_size, lr, world_size=2)
@@ -249,6 +249,7 @@ def demo_data_parallel(model, blocks: torch.Tensor, *, steps: int = 3, batch_siz
     n_params = sum(p.numel() for p in model.parameters())
     out["n_params"] = n_params
     out["bytes_per_step"] = res[0]["manual"]["bytes_per_step"]
+    out["ddp_buckets"] = res[0]["ddp"].get("buckets")  # DDP 日志里每个桶的字节数
     out["payload_formula"] = data_parallel_payload(n_params)
     out["fsdp_bytes"] = [r["fsdp"]["bytes"] for r in res]
     out["zero3_formula"] = {k: v for k, v in zero_bytes_per_rank(n_params, 2, 3).items() if k != "total"}
