@@ -460,3 +460,17 @@ def test_library_calls_sees_globals_attributes_local_imports_and_helpers():
     assert run_checks("t", stub, [("n=4", ref)], verbose=False, forbidden=[causal_mask]).pending
     wrong = lambda n: ~causal_mask(n)  # noqa: E731
     assert run_checks("t", wrong, [("n=4", ref)], verbose=False, forbidden=[causal_mask]).mistake != "library_call"
+
+
+def test_huge_numbers_system_exit_and_bad_forbidden():
+    """10**400 这样 float 放不下的整数判错（❌，不是 ⚠️）；as_int 原样收下大整数；读者调用 sys.exit 也只是 ❌；
+    检查器作者传错 forbidden 时立刻报错。"""
+    check = [("n=3", lambda f: compare_number(f(3), 9))]
+    assert run_checks("t", lambda n: 10**400, check, verbose=False).status == "failed"
+    assert run_checks("t", lambda n: -(10**400), check, verbose=False).status == "failed"
+    assert as_int(10**400) == 10**400 and as_int(np.int64(7)) == 7
+    result = run_checks("t", lambda n: sys.exit(3), check, verbose=False)
+    assert result.status == "failed" and result.mistake == "exception" and "SystemExit" in result.hint
+    for bad in (None, "sum", [5]):
+        with pytest.raises(TypeError, match="forbidden"):
+            run_checks("t", lambda n: 9, check, verbose=False, forbidden=bad)

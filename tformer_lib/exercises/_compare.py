@@ -36,6 +36,11 @@ def _numpy():
     return np
 
 
+def _numpy_bool() -> type:
+    np = _numpy()
+    return np.bool_ if np is not None else bool
+
+
 def as_number(value: Any, what: str = "结果") -> float:
     """把读者返回的一个数读成 ``float``。
 
@@ -65,7 +70,10 @@ def as_number(value: Any, what: str = "结果") -> float:
     if isinstance(value, bool):
         raise Mistake(f"{what}应是一个数，你返回的是布尔值 {value!r}", key="type")
     if isinstance(value, numbers.Real):  # int、float，也包括 fractions.Fraction 这类标准库的实数
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # 比 float 能表示的还大的整数（如 10**400）：当作 ±inf，与答案比较时照常判错
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, (list, tuple)):
         raise Mistake(f"{what}应是一个数，你返回的是 {type(value).__name__} {_describe(value)}", key="type")
     raise Mistake(f"{what}应是一个数，你返回的是 {type(value).__name__}", key="type")
@@ -73,6 +81,8 @@ def as_number(value: Any, what: str = "结果") -> float:
 
 def as_int(value: Any, what: str = "结果") -> int:
     """把读者返回的整数读成 ``int``：接受 :func:`as_number` 接受的一切，只要值是整数（``12.0`` 也行）。"""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, _numpy_bool())):
+        return int(value)  # 大整数不经过 float，免得丢精度或溢出
     x = as_number(value, what)
     if not math.isfinite(x) or x != math.floor(x):
         raise Mistake(f"{what}应是整数，你返回的是 {x!r}", key="not_integer")

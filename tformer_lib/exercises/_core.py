@@ -140,7 +140,7 @@ def student_code() -> Iterator[None]:
         raise
     except NotImplementedError as exc:
         raise _Pending() from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # 读者调用了 exit()/sys.exit() 也只算读者的异常，不让笔记本中断
         raise _mark_student(exc)
 
 
@@ -260,6 +260,8 @@ def run_checks(
 
     任何情况下都不抛异常（``fn`` 不是函数时也只打印 ❌）。
     """
+    if forbidden is None or isinstance(forbidden, str) or not all(callable(x) for x in forbidden):
+        raise TypeError(f"forbidden 应是库函数或类组成的序列（检查器作者的参数），收到 {forbidden!r}")
     done: list[str] = []
     result: CheckResult | None = None
     if not callable(fn):
@@ -276,7 +278,7 @@ def run_checks(
             result = _failed(title, desc, exc.hint, exc.key or "values", done)
         except AssertionError as exc:
             result = _failed(title, desc, str(exc) or "结果与参考答案不一致", "assertion", done)
-        except Exception as exc:  # 任何错误都转成结论，不让笔记本中断
+        except (Exception, SystemExit) as exc:  # 任何错误都转成结论，不让笔记本中断
             text = str(exc).strip().rstrip("。. ")
             if raised_by_student(exc):
                 hint = f"你的函数抛出了 {type(exc).__name__}：{text}"
