@@ -16,7 +16,7 @@ from .._checks import bool_mask, non_empty_sequence, tensor_with_dim, token_ids
 from ..attention import MultiHeadAttention
 from ..feedforward import PositionwiseFeedForward
 from ..layers import ResidualNorm
-from ..masks import causal_mask, combine_masks
+from ..masks import combine_masks
 from ..norms import make_norm
 from ..positional import sinusoidal_positional_encoding
 from .cache import LMCache
@@ -129,10 +129,16 @@ class DecoderOnlyLM(nn.Module):
         start = cache.length if cache is not None else 0
         length = tokens.shape[1]
         positions = self._positions(tokens, start, positions)  # (T,) 或 (B, T)
-        mask = causal_mask(start + length, device=tokens.device)[start:]  # (T, T_k)：第 i 个新词元看得见 ≤ start+i
         if attn_mask is not None:
             bool_mask("attn_mask", attn_mask, (tokens.shape[0], self.config.n_heads, length, start + length))
-            mask = combine_masks(attn_mask, mask)  # 与因果掩码取“与”
+        if attn_mask is not None and length == 1:
+            mask = attn_mask  # 只有一个新词元时因果掩码全为 True，与它取“与”不改变 attn_mask
+        else:
+            # 只造需要的那 T 行：第 i 个新词元看得见 ≤ start+i（与 causal_mask(start+T)[start:] 相同，不必先造 T_k×T_k）
+            rows = torch.arange(start, start + length, device=tokens.device)[:, None]  # (T, 1)
+            mask = torch.arange(start + length, device=tokens.device)[None, :] <= rows  # (T, T_k)
+            if attn_mask is not None:
+                mask = combine_masks(attn_mask, mask)  # 与因果掩码取“与”
         # 1) 词嵌入 + 位置（RoPE 不加在这里，而是在每个注意力里旋转 q、k）
         x = self.tok_embed(tokens)  # (B, T, d_model)
         if self.config.positional == "learned":

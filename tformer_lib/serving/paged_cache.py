@@ -239,6 +239,8 @@ class PagedKVCache:
         第 b 行第 i 个新词元（位置 ``start_b + i``）只看见位置 ``≤ start_b + i`` 的键，填充处一律挡住。
         """
         m = self.manager
+        if max(n_new) == 1:
+            return self._decode_view(seq_ids)
         starts = [m.lengths[s] for s in seq_ids]
         write = [m.append_slots(s, n) for s, n in zip(seq_ids, n_new)]
         t_new = max(n_new)
@@ -263,6 +265,25 @@ class PagedKVCache:
         cache.length = width - t_new
         positions = (start[:, :, 0] + step[:, :, 0]).clamp(max=self.max_len - 1)  # (B, T_new)；填充处截在上下文内
         return cache, positions.to(device), valid[:, None].to(device)
+
+    def _decode_view(self, seq_ids: list[int]) -> tuple[LMCache, torch.Tensor, torch.Tensor]:
+        """:meth:`view` 在解码步（每条序列恰好 1 个新位置）的写法：没有填充，张量运算少一半，结果相同。"""
+        m, block = self.manager, self.manager.block_size
+        starts = [m.lengths[s] for s in seq_ids]
+        write = [m.append_slots(s, 1)[0] for s in seq_ids]
+        width = max(starts) + 1
+        n_blocks = -(-width // block)
+        tables = torch.tensor([m.tables[s] + [0] * (n_blocks - len(m.tables[s])) for s in seq_ids])  # (B, n_blocks)
+        # 位置 p 的槽位 = 块号 × block_size + p % block_size；超出各行长度的槽位无所谓，会被掩码挡住
+        read = (tables[:, :, None] * block + torch.arange(block)).flatten(1)[:, :width]  # (B, T_k)
+        start = torch.tensor(starts)  # (B,)
+        valid = torch.arange(width)[None, :] <= start[:, None]  # (B, T_k)：只看见自己已缓存的位置与这个新位置
+        device = self.k[0].device
+        write_slots, read = torch.tensor(write, device=device), read.to(device)  # (B,), (B, T_k)
+        cache = LMCache(len(self.k))
+        cache.layers = [_PagedLayer(k, v, None, write_slots, read) for k, v in zip(self.k, self.v)]
+        cache.length = width - 1
+        return cache, start[:, None].to(device), valid[:, None, None].to(device)  # (B, 1), (B, 1, 1, T_k)
 
     def packed_view(self, seq_ids: list[int], n_new: list[int]) -> tuple[LMCache, torch.Tensor, torch.Tensor, torch.Tensor]:
         """一步只做**一次**前向：第 b 条序列要写 ``n_new[b]`` 个新位置（解码 1 个，预填充整段提示），
