@@ -28,6 +28,8 @@ def test_batching_benchmark_records_both_runs_and_memory():
     items = make_workload(prompts, 8, max_len=40, seed=1, mean_new_tokens=6)
     result = batching_benchmark(model, items, rounds=2, max_batch=4, block_size=4)
     assert len(result["throughput_ratios"]) == 2
+    assert result["cpu_ratios"] == [r["cpu_ratio"] for r in result["rounds"]]
+    assert result["rounds_at_least_2x_cpu"] == sum(r >= 2 for r in result["cpu_ratios"])
     assert result["workload"]["tokens_generated"] == result["workload"]["new_tokens_requested"]  # 没有 EOS：都生成满
     per_token = 2 * 2 * 2 * 8 * 4  # 2(K,V) × 层 × K/V 头 × d_k × float32
     assert result["memory"]["bytes_per_token"] == per_token

@@ -124,6 +124,8 @@ def batching_benchmark(model: nn.Module, items: Sequence[WorkItem], *, rounds: i
         "throughput_ratio_range": [min(ratios), max(ratios)],
         "rounds_at_least_2x": sum(r >= 2 for r in ratios),
         "cpu_ratio_median": statistics.median(r["cpu_ratio"] for r in per_round),
+        "cpu_ratios": [r["cpu_ratio"] for r in per_round],
+        "rounds_at_least_2x_cpu": sum(r["cpu_ratio"] >= 2 for r in per_round),
         "rounds": per_round,
         "memory": memory,
         "prefix_caching": prefix,
@@ -309,7 +311,8 @@ def report(result: dict) -> str:
     lines = [f"机器：{result['machine']}", f"负载：{b['workload']}",
              f"吞吐（词元/秒）静态 {s['throughput']:.0f}，连续 {c['throughput']:.0f}；逐轮比值中位数 "
              f"{b['throughput_ratio_median']:.2f}×（{', '.join(f'{r:.2f}' for r in b['throughput_ratios'])}），"
-             f"≥ 2× 的轮数 {b['rounds_at_least_2x']}/{len(b['throughput_ratios'])}；CPU 时间比中位数 {b['cpu_ratio_median']:.2f}×",
+             f"≥ 2× 的轮数 {b['rounds_at_least_2x']}/{len(b['throughput_ratios'])}；CPU 时间比中位数 {b['cpu_ratio_median']:.2f}×"
+             + (f"（{', '.join(f'{r:.2f}' for r in b['cpu_ratios'])}）" if "cpu_ratios" in b else ""),
              f"步数：静态 {s['steps']}，连续 {c['steps']}"]
     for name, row in (("静态", s), ("连续", c)):
         lines.append(f"{name}：TTFT p50 {row['ttft_p50'] * 1e3:.0f} ms / p95 {row['ttft_p95'] * 1e3:.0f} ms；"
