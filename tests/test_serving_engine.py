@@ -91,7 +91,7 @@ def test_prefix_caching_reuses_blocks_and_keeps_outputs():
     prompts = [shared + [20, 21], shared + [22], shared + [23, 24, 25]]
     engine = Engine(model, max_batch=3, block_size=4)
     requests = [engine.add_request(prompts[0], 6)]
-    engine.step()  # 第一条预填充完，它的满块才登记为可共用的前缀
+    engine.step()  # 第一条先预填充，其余随后到达（同一步接纳的情形见下一个测试）
     requests += [engine.add_request(p, 6) for p in prompts[1:]]
     engine.run()
     assert [r.output for r in requests] == [_alone(model, p, 6) for p in prompts]

@@ -147,7 +147,7 @@ def prefix_caching_benchmark(model: nn.Module, shared: Sequence[int], tails: Seq
     for caching in (True, False):
         engine = Engine(model, max_batch=len(prompts), block_size=block_size, prefix_caching=caching, eos_id=eos_id)
         requests = [engine.add_request(prompts[0], max_new_tokens)]
-        engine.step()  # 第一条预填充完，它写满的块才登记为可共用的前缀
+        engine.step()  # 第一条先到、先预填充（它的满块在接纳时就登记了，同一步接纳的请求也能共用）
         requests += [engine.add_request(p, max_new_tokens) for p in prompts[1:]]
         engine.run()
         outputs[caching] = [r.output for r in requests]
