@@ -271,3 +271,22 @@ def test_ref_counts_exact_when_freed_in_any_order(seed):
         manager.free(victim)
     assert sorted(manager.free_blocks) == list(range(64)) and manager.ref_count == [0] * 64
     assert not manager._prefix and not manager._block_key and not manager._spare
+
+
+@pytest.mark.parametrize("options", CONFIGS)
+@pytest.mark.parametrize("seed", range(2))
+def test_heavy_prefix_sharing_keeps_outputs_and_returns_every_block(options, seed):
+    # 很多请求共用几段开头、同一步一起接纳、任意先后结束：输出与逐条生成相同，块全部归还，登记全部撤下
+    model = _model(seed, **options)
+    rng = random.Random(seed)
+    heads = [[rng.randrange(4, 40) for _ in range(rng.randint(4, 14))] for _ in range(3)]
+    prompts = [rng.choice(heads)[: rng.randint(1, 14)] + [rng.randrange(4, 40) for _ in range(rng.randint(0, 5))]
+               for _ in range(14)]
+    n_new = [rng.randint(1, 12) for _ in prompts]
+    engine = Engine(model, max_batch=4, block_size=rng.choice([2, 3]), eos_id=7)
+    requests = [engine.add_request(p, n) for p, n in zip(prompts, n_new)]
+    engine.run()
+    assert [r.output for r in requests] == [_alone(model, p, n, eos_id=7) for p, n in zip(prompts, n_new)]
+    assert engine.prefill_tokens_saved > 0
+    manager = engine.cache.manager
+    assert sorted(manager.free_blocks) == list(range(manager.num_blocks)) and not manager._prefix
