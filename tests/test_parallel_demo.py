@@ -56,6 +56,8 @@ def test_demos_report_equality_and_bytes(pool, tiny):
     assert dp["bytes_per_step"] == dp["payload_formula"] == 4 * n == sum(dp["ddp_buckets"])
     assert sum(b["parameters"] for b in dp["fsdp_bytes"]) == 4 * n
     assert dp["fsdp_bytes"][0]["parameters"] > dp["zero3_formula"]["parameters"] > dp["fsdp_bytes"][1]["parameters"]
+    c = dp["fsdp_comm"]  # 前向收齐全部参数（含补齐）、反向只收齐各块（根模块不释放）、梯度 reduce-scatter 一遍
+    assert c["all_gather_forward"] == c["reduce_scatter"] >= 4 * n > c["all_gather_backward"] > 0
 
     pp = demo_pipeline(model, blocks, steps=2, batch_size=4, micro_batches=2, lr=0.5, pool=pool)
     for mode in ("manual", "manual_1f1b", "gpipe", "1f1b"):

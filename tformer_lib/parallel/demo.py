@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import io
+from contextlib import contextmanager
 import queue as queue_module
 import time
 import traceback
@@ -35,7 +36,7 @@ from .schedule import idle_fraction
 from .tensor_parallel import ResidualBlock, gather_manual_params, tp_train_worker, train_single_block
 from .zero import zero_bytes_per_rank
 
-__all__ = ["WorkerPool", "TOLERANCES", "demo_blocks", "demo_lm", "hello_worker", "hello_all_reduce", "max_param_diff",
+__all__ = ["WorkerPool", "recording_fsdp_collectives", "TOLERANCES", "demo_blocks", "demo_lm", "hello_worker", "hello_all_reduce", "max_param_diff",
            "demo_data_parallel", "demo_tensor_parallel", "demo_pipeline", "DEMO_PIPELINE_MODES"]
 
 def _loads(payload: bytes):
@@ -222,9 +223,44 @@ def hello_all_reduce(world_size: int = 2, timeout: float = 120.0, *, pool: Worke
 
 
 # ---- 1. 数据并行：手写 all-reduce、DDP、FSDP2 ----
+@contextmanager
+def recording_fsdp_collectives():
+    """记下 FSDP2 交给 c10d 的 all-gather 与 reduce-scatter：``[(名字, 字节数), …]``。
+
+    FSDP2 直接调用 ``c10d._allgather_base_`` / ``c10d._reduce_scatter_base_``（每个 ``fully_shard`` 组一次，组内参数拼成
+    一个扁平张量）；这里用 ``TorchDispatchMode`` 在它们执行时记下**完整**张量的字节（all-gather 的输出、reduce-scatter
+    的输入，即与 all-reduce 的“载荷”同一个口径），并按是否在反向传播里（``torch._C._current_graph_task_id()``）
+    分成 ``"all_gather_forward"``、``"all_gather_backward"`` 与 ``"reduce_scatter"``。
+    """
+    from torch.distributed.tensor import DTensor
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    log: list[tuple[str, int]] = []
+
+    class _Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(issubclass(t, DTensor) for t in types):
+                return NotImplemented  # 让 DTensor 先拆成本地运算与通信，再经过这里
+            name = str(getattr(func, "_overloadpacket", ""))
+            if name == "c10d._allgather_base_":  # (输出, 输入, …)
+                phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+                log.append((f"all_gather_{phase}", args[0].numel() * args[0].element_size()))
+            elif name == "c10d._reduce_scatter_base_":  # (输出, 输入, …)
+                log.append(("reduce_scatter", args[1].numel() * args[1].element_size()))
+            return func(*args, **(kwargs or {}))
+
+    with _Recorder():
+        yield log
+
+
 def _dp_worker(rank, world_size, config_dict, state, blocks, steps, batch_size, lr):
     out = train_lm_worker(rank, world_size, ("manual", "ddp"), config_dict, state, blocks, steps, batch_size, lr)
-    out["fsdp"] = fsdp_train_worker(rank, world_size, config_dict, state, blocks, steps, batch_size, lr)
+    with recording_fsdp_collectives() as log:
+        out["fsdp"] = fsdp_train_worker(rank, world_size, config_dict, state, blocks, steps, batch_size, lr)
+    comm: dict[str, float] = {"all_gather_forward": 0.0, "all_gather_backward": 0.0, "reduce_scatter": 0.0}
+    for name, n in log:
+        comm[name] += n / steps
+    out["fsdp"]["comm_per_step"] = comm
     return out
 
 
@@ -233,7 +269,7 @@ def demo_data_parallel(model, blocks: torch.Tensor, *, steps: int = 3, batch_siz
     """同一初始参数、同一批数据：单进程整批 vs 2 个进程的手写 all-reduce、DDP、FSDP2（AdamW，``steps`` 步）。
 
     返回 ``{"reference": {"losses"}, "manual"/"ddp"/"fsdp": {"losses", "param_diff", "loss_rel_diff", "within"},
-    "bytes_per_step"（手写 all-reduce 实际交出的字节）, "ddp_buckets"（DDP 每个桶的字节）, "payload_formula", "fsdp_bytes"（每个 rank）,
+    "bytes_per_step"（手写 all-reduce 实际交出的字节）, "ddp_buckets"（DDP 每个桶的字节）, "payload_formula", "fsdp_bytes"（每个 rank）, "fsdp_comm"（FSDP2 每步 all-gather/reduce-scatter 的字节）,
     "zero3_formula", "n_params"}``。
     """
     ref = train_single_process(model, blocks, steps, batch_size, lr, world_size=2)
@@ -252,6 +288,7 @@ def demo_data_parallel(model, blocks: torch.Tensor, *, steps: int = 3, batch_siz
     out["ddp_buckets"] = res[0]["ddp"].get("buckets")  # DDP 日志里每个桶的字节数
     out["payload_formula"] = data_parallel_payload(n_params)
     out["fsdp_bytes"] = [r["fsdp"]["bytes"] for r in res]
+    out["fsdp_comm"] = res[0]["fsdp"]["comm_per_step"]  # 每步交给 all-gather / reduce-scatter 的完整张量字节
     out["zero3_formula"] = {k: v for k, v in zero_bytes_per_rank(n_params, 2, 3).items() if k != "total"}
     return out
 
