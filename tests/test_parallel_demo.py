@@ -106,3 +106,23 @@ def test_throughput_results_file_says_where_it_was_measured():
         assert one["1x2"]["tokens_per_s"] > 0 and 0 < one["2x1"]["comm_share"] < 1
     with pytest.raises(FileNotFoundError, match="python -m tformer_lib.parallel.throughput"):
         load_throughput_results("/nonexistent/throughput.json")
+
+
+def test_demo_arguments_are_checked_before_any_process_starts(tiny):
+    model, blocks = tiny
+    with pytest.raises(ValueError, match="batch_size=6 不能被 micro_batches=4 整除"):
+        demo_pipeline(model, blocks, batch_size=6, micro_batches=4)
+    with pytest.raises(ValueError, match="需要 24 块"):
+        demo_data_parallel(model, blocks, steps=3, batch_size=8)
+    with pytest.raises(ValueError, match="batch_size=3 不能被进程数"):
+        demo_data_parallel(model, blocks, batch_size=3)
+    with pytest.raises(ValueError, match="modes"):
+        demo_pipeline(model, blocks, batch_size=4, micro_batches=2, modes="manual")
+    with pytest.raises(ValueError, match="lr"):
+        demo_data_parallel(model, blocks, batch_size=4, lr=float("nan"))
+    tied = demo_lm(31, tie_embeddings=True)
+    with pytest.raises(ValueError, match="tie_embeddings=False"):
+        demo_pipeline(tied, blocks, batch_size=4, micro_batches=2)
+    block = ResidualBlock(MultiHeadAttention(16, 4), PositionwiseFeedForward(16, 31))
+    with pytest.raises(ValueError, match="d_ff=31 不能被进程数 2 整除"):
+        demo_tensor_parallel(block, torch.randn(2, 5, 16), torch.randn(2, 5, 16))

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from .._checks import finite_positive, positive_int
 from ..specials import PAD
 from .comm import data_parallel_payload, pipeline_payload, tensor_parallel_payload
 from .data_parallel import train_lm_worker, train_single_process
@@ -173,6 +174,25 @@ def _run(pool, fn, world_size: int, args: tuple, timeout: float) -> list:
     return pool.run(fn, args, timeout=timeout)
 
 
+def _check_lm_run(model, blocks, steps: int, batch_size: int, lr: float, world_size: int = 2) -> None:
+    """在起进程之前查参数：出错的任务会让进程组停在半路，连带关掉整个 :class:`WorkerPool`。"""
+    from ..lm import DecoderOnlyLM
+
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"model 应是 DecoderOnlyLM，收到 {type(model).__name__}")
+    positive_int("steps", steps)
+    positive_int("batch_size", batch_size)
+    finite_positive("lr", lr)
+    if not isinstance(blocks, torch.Tensor) or blocks.dim() != 2 or blocks.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"blocks 应是 (块数, T+1) 的整数词元张量，收到 {getattr(blocks, 'shape', type(blocks).__name__)}")
+    if blocks.shape[1] - 1 > model.config.max_len or blocks.shape[1] < 2:
+        raise ValueError(f"blocks 每块 {blocks.shape[1]} 个词元：应在 2 到 max_len + 1 = {model.config.max_len + 1} 之间")
+    if batch_size % world_size != 0:
+        raise ValueError(f"batch_size={batch_size} 不能被进程数 world_size={world_size} 整除")
+    if blocks.shape[0] < steps * batch_size:
+        raise ValueError(f"blocks 只有 {blocks.shape[0]} 块，{steps} 步 × batch_size={batch_size} 需要 {steps * batch_size} 块")
+
+
 #: 每种方案与单进程比较时用的容差（参数的最大绝对差）；与 tests/test_parallel_*.py 的相同。
 #: 数据并行与 FSDP 用 AdamW：求和顺序不同带来的 float32 舍入被 Adam 的归一化放大，所以宽一些。
 TOLERANCES = {"data_parallel": 5e-5, "tensor_parallel": 1e-6, "pipeline": 1e-6}
@@ -272,6 +292,7 @@ def demo_data_parallel(model, blocks: torch.Tensor, *, steps: int = 3, batch_siz
     "bytes_per_step"（手写 all-reduce 实际交出的字节）, "ddp_buckets"（DDP 每个桶的字节）, "payload_formula", "fsdp_bytes"（每个 rank）, "fsdp_comm"（FSDP2 每步 all-gather/reduce-scatter 的字节）,
     "zero3_formula", "n_params"}``。
     """
+    _check_lm_run(model, blocks, steps, batch_size, lr)
     ref = train_single_process(model, blocks, steps, batch_size, lr, world_size=2)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     res = _run(pool, _dp_worker, 2, (model.config.to_dict(), state, blocks, steps, batch_size, lr), timeout)
@@ -309,6 +330,15 @@ def demo_tensor_parallel(block: ResidualBlock, x: torch.Tensor, target: torch.Te
     "payload_formula"}, "torch": {"within", "param_diff", "bytes_per_step"（PyTorch 自己发起的 all-reduce）},
     "reference": {"losses"}, "tolerance"}``。
     """
+    if not isinstance(block, ResidualBlock):
+        raise TypeError(f"block 应是 ResidualBlock，收到 {type(block).__name__}")
+    positive_int("steps", steps)
+    finite_positive("lr", lr)
+    if not (isinstance(x, torch.Tensor) and isinstance(target, torch.Tensor) and x.dim() == 3 and x.shape == target.shape):
+        raise ValueError(f"x 与 target 应是同形状的 (B, T, d_model) 张量，收到 {getattr(x, 'shape', None)} 与 {getattr(target, 'shape', None)}")
+    for name, size in (("n_heads", block.attn.n_heads), ("d_ff", block.ffn.w_1.out_features)):  # 两个进程要能均分
+        if size % 2:
+            raise ValueError(f"{name}={size} 不能被进程数 2 整除，无法切到 2 个进程上")
     ref = train_single_block(block, x, target, mask, steps, lr)
     res = _run(pool, _tp_worker, 2, (block, x, target, mask, steps, lr), timeout)
     tol = TOLERANCES["tensor_parallel"]
@@ -366,6 +396,17 @@ def demo_pipeline(model, blocks: torch.Tensor, *, steps: int = 2, batch_size: in
     两段的实测事件，秒）与 "idle_fraction"}, "bytes_per_step"（手写 GPipe 两段合计 send 的字节）, "payload_formula",
     "reference": {"losses"}}``。实测时间线随负载而变：只画进图里。
     """
+    _check_lm_run(model, blocks, steps, batch_size, lr, world_size=1)
+    positive_int("micro_batches", micro_batches)
+    if batch_size % micro_batches:
+        raise ValueError(f"batch_size={batch_size} 不能被 micro_batches={micro_batches} 整除")
+    if model.config.tie_embeddings:
+        raise ValueError("流水线切分要求 tie_embeddings=False：输出层与词嵌入共享时首尾两段要共用一个矩阵")
+    if model.config.n_layers < 2:
+        raise ValueError(f"2 段流水线至少要 2 个块，收到 n_layers={model.config.n_layers}")
+    bad = [mode for mode in modes if mode not in DEMO_PIPELINE_MODES]
+    if isinstance(modes, str) or bad:
+        raise ValueError(f"modes 应是 {DEMO_PIPELINE_MODES} 里的若干个，收到 {modes!r}")
     ref = _single_sgd(model, blocks, steps, batch_size, lr)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     res = _run(pool, _pipeline_worker, 2, (tuple(modes), model.config.to_dict(), state, blocks, steps, batch_size,
