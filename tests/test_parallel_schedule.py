@@ -74,6 +74,41 @@ def test_schedule_errors():
         makespan([PipelineEvent(0, "X", 0, 0.0, 1.0)])
 
 
+def test_events_are_read_once_and_bad_ones_are_refused_in_chinese():
+    import numpy as np
+
+    events = ideal_schedule("gpipe", 2, 2)
+    # 生成器只能读一遍：空闲比例仍然算对，而不是第二遍读到“events 为空”
+    assert idle_fraction(e for e in events) == pytest.approx(idle_fraction(events)) == pytest.approx(1 / 3)
+    assert idle_per_rank(e for e in events) == idle_per_rank(events)
+    with pytest.raises(ValueError, match="stages=1 太少.*2 个段"):
+        idle_fraction(events, stages=1)  # 否则是 −0.333
+    assert idle_fraction(events, stages=np.int64(4)) == pytest.approx(1 - 8 / (4 * 6))  # 忙 8、跨度 6
+    with pytest.raises(ValueError, match="start 应是有限的数"):
+        makespan([PipelineEvent(0, "F", 0, float("nan"), 1.0)])
+    with pytest.raises(ValueError, match="end 应是有限的数"):
+        idle_fraction([PipelineEvent(0, "F", 0, 0.0, float("inf"))])
+    with pytest.raises(ValueError, match="rank 应是 ≥ 0 的整数"):
+        makespan([(-1, "F", 0, 0.0, 1.0)])
+    for bad in (None, 5, "FB"):
+        with pytest.raises(TypeError, match="events 应是PipelineEvent"):
+            makespan(bad)
+    with pytest.raises(TypeError, match="其中一项是 1"):
+        makespan([1, 2])
+    for name in ("forward_time", "backward_time"):
+        for value in (float("inf"), float("nan"), -1.0, True):
+            with pytest.raises(ValueError, match=f"{name} 应是有限的正数"):
+                ideal_schedule("gpipe", 2, 2, **{name: value})
+    # NumPy 的整数也是整数（bool 不是）
+    assert ideal_schedule("1f1b", np.int64(2), np.int64(3)) == ideal_schedule("1f1b", 2, 3)
+    assert stage_order("gpipe", 2, 2, np.int64(1)) == stage_order("gpipe", 2, 2, 1)
+    assert bubble_fraction(np.int64(2), np.int32(4)) == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match="stages 应是 ≥ 1 的整数，收到 True"):
+        ideal_schedule("gpipe", True, 2)
+    # 理想调度的列表带着来源标记（画图据此选单位），仍然是普通的 list
+    assert getattr(ideal_schedule("gpipe", 2, 2, backward_time=1.5), "ideal", False) and isinstance(events, list)
+
+
 STEPS, BATCH, MICRO, LR = 2, 6, 3, 0.5
 
 

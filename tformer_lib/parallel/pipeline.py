@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import numbers
 import time
 
 import torch
@@ -33,18 +34,19 @@ from .schedule import PipelineEvent, idle_fraction, stage_order
 __all__ = ["bubble_fraction", "LMStage", "split_points", "pipeline_worker", "PIPELINE_MODES", "MANUAL_MODES", "stage_name_map",
            "measure_pipeline_timeline"]
 
-#: "manual" = 手写 GPipe（isend/recv，记下时间线），"gpipe"/"1f1b" = torch.distributed.pipelining 的两种调度
-PIPELINE_MODES = ("manual", "gpipe", "1f1b")
-#: 手写执行器的两种顺序：另有 "manual_1f1b" = 手写 1F1B（不在 PIPELINE_MODES 里，演示默认不跑它）
+#: :func:`pipeline_worker` 接受的全部 mode："manual" = 手写 GPipe（isend/recv，记下时间线），"manual_1f1b" = 同一个
+#: 手写执行器按 1F1B 的顺序，"gpipe"/"1f1b" = torch.distributed.pipelining 的两种调度
+PIPELINE_MODES = ("manual", "manual_1f1b", "gpipe", "1f1b")
+#: 手写执行器的两种顺序（mode → :func:`~tformer_lib.parallel.schedule.stage_order` 的调度名）
 MANUAL_MODES = {"manual": "gpipe", "manual_1f1b": "1f1b"}
 
 
 def bubble_fraction(stages: int, micro_batches: int) -> float:
     """GPipe（与 1F1B）调度里每段的空闲比例 (p−1)/(m+p−1)。"""
     for name, value in (("stages", stages), ("micro_batches", micro_batches)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} 应是正整数，收到 {value!r}")
-    return (stages - 1) / (micro_batches + stages - 1)
+    return (int(stages) - 1) / (int(micro_batches) + int(stages) - 1)
 
 
 def split_points(n_layers: int, stages: int) -> list[tuple[int, int]]:
@@ -173,8 +175,8 @@ def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, st
     """
     from ..lm import LMConfig, make_lm
 
-    if mode not in PIPELINE_MODES and mode not in MANUAL_MODES:
-        raise ValueError(f"mode 应是 {PIPELINE_MODES + ('manual_1f1b',)} 之一，收到 {mode!r}")
+    if mode not in PIPELINE_MODES:
+        raise ValueError(f"mode 应是 {PIPELINE_MODES} 之一，收到 {mode!r}")
     model = make_lm(LMConfig.from_dict(config_dict))
     model.load_state_dict(state)
     stage = LMStage(model, rank, world_size)
@@ -225,7 +227,7 @@ def measure_pipeline_timeline(model, blocks: torch.Tensor, *, schedule: str = "g
     """起 ``stages`` 个进程跑手写流水线（``schedule`` = ``"gpipe"`` 或 ``"1f1b"``），返回一步的实测时间线。
 
     ``model``：``tie_embeddings=False`` 的 :class:`~tformer_lib.lm.DecoderOnlyLM`（不被修改）；``blocks``：
-    ``(steps·batch_size, T+1)`` 的词元，第 s 步用 ``blocks[s·B:(s+1)·B]``。第一步含预热（内存分配等）不算；其余各步里
+    ``(steps·batch_size, T+1)`` 的词元，第 s 步用 ``blocks[s·B:(s+1)·B]``，``steps ≥ 2``。第一步含预热（内存分配等）不算；其余各步里
     取跨度最短的一步（机器忙时某一步可能被操作系统调度打断，最短的一步最接近流水线本身的样子）。
 
     返回 ``{"events": [PipelineEvent, …]（所有段，按开始时间排序，秒）, "idle_fraction": 实测空闲比例,
@@ -237,9 +239,15 @@ def measure_pipeline_timeline(model, blocks: torch.Tensor, *, schedule: str = "g
 
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule 应是 {SCHEDULES} 之一，收到 {schedule!r}")
-    for name, value in (("micro_batches", micro_batches), ("batch_size", batch_size), ("steps", steps)):
+    for name, value in (("stages", stages), ("micro_batches", micro_batches), ("batch_size", batch_size),
+                        ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} 应是正整数，收到 {value!r}")
+    split_points(model.config.n_layers, stages)  # 段比块多 → 在起进程之前就报错，而不是在子进程里
+    if not isinstance(blocks, torch.Tensor) or blocks.dim() != 2:
+        raise ValueError(f"blocks 应是 (steps·batch_size, T+1) 的二维词元张量，收到 {getattr(blocks, 'shape', type(blocks))}")
+    if steps < 2:
+        raise ValueError(f"steps 应 ≥ 2，收到 {steps}：第一步含预热、不算进时间线，至少还要一步")
     if batch_size % micro_batches:
         raise ValueError(f"batch_size={batch_size} 不能被 micro_batches={micro_batches} 整除")
     if blocks.shape[0] < steps * batch_size:
@@ -249,7 +257,7 @@ def measure_pipeline_timeline(model, blocks: torch.Tensor, *, schedule: str = "g
     results = launch(pipeline_worker, stages, (mode, model.config.to_dict(), state, blocks, steps, batch_size,
                                                micro_batches, lr), timeout=timeout)
     candidates = [sorted((e for r in results for e in r["timeline"][k]), key=lambda e: (e.start, e.rank))
-                  for k in range(1 if steps > 1 else 0, steps)]
+                  for k in range(1, steps)]
     events = min(candidates, key=lambda ev: max(e.end for e in ev) - min(e.start for e in ev))
     return {"events": events, "idle_fraction": idle_fraction(events, stages),
             "bubble_fraction": bubble_fraction(stages, micro_batches), "losses": results[-1]["losses"],

@@ -21,11 +21,13 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-__all__ = ["PipelineEvent", "SCHEDULES", "stage_order", "ideal_schedule", "makespan", "busy_time", "idle_fraction",
-           "idle_per_rank", "peak_in_flight"]
+__all__ = ["PipelineEvent", "IdealTimeline", "SCHEDULES", "stage_order", "ideal_schedule", "makespan", "busy_time",
+           "idle_fraction", "idle_per_rank", "peak_in_flight"]
 
 #: 两种调度的名字
 SCHEDULES = ("gpipe", "1f1b")
@@ -41,10 +43,18 @@ class PipelineEvent(NamedTuple):
     end: float
 
 
+class IdealTimeline(list):
+    """:func:`ideal_schedule` 返回的事件列表：普通的 ``list``，只多一个标记——时刻是理想调度的时间单位
+    （一次前向 = ``forward_time``），不是实测的秒。画图（``time_unit="auto"``）按这个来源选单位，而不是看时刻是不是整数。"""
+
+    ideal = True
+
+
 def _check_int(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    """整数（含 NumPy 整数，不含 bool）且 ≥ ``minimum``；返回 Python 的 int。"""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} 应是 ≥ {minimum} 的整数，收到 {value!r}")
-    return value
+    return int(value)
 
 
 def _check_schedule(schedule: str) -> str:
@@ -61,8 +71,9 @@ def stage_order(schedule: str, stages: int, micro_batches: int, stage: int) -> l
     """
     _check_schedule(schedule)
     p, m = _check_int("stages", stages), _check_int("micro_batches", micro_batches)
-    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < p:
+    if isinstance(stage, bool) or not isinstance(stage, numbers.Integral) or not 0 <= stage < p:
         raise ValueError(f"stage 应是 0…{p - 1} 之间的整数，收到 {stage!r}")
+    stage = int(stage)
     if schedule == "gpipe":
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
     warmup = min(p - 1 - stage, m)
@@ -74,16 +85,19 @@ def stage_order(schedule: str, stages: int, micro_batches: int, stage: int) -> l
 
 
 def ideal_schedule(schedule: str, stages: int, micro_batches: int, *, forward_time: float = 1.0,
-                   backward_time: float = 1.0) -> list[PipelineEvent]:
+                   backward_time: float = 1.0) -> IdealTimeline:
     """理想调度的时间线：每段按 :func:`stage_order` 的顺序做事，每件事尽早开始。
 
     依赖：第 s 段的前向 i 要等第 s−1 段的前向 i 做完（它的输出就是本段的输入）；反向 i 要等第 s+1 段的反向 i
-    （对本段输出的梯度），最后一段的反向 i 要等自己的前向 i。通信不花时间。返回按开始时间排好的事件列表。
+    （对本段输出的梯度），最后一段的反向 i 要等自己的前向 i。通信不花时间。返回按开始时间排好的事件列表
+    （:class:`IdealTimeline`，画图时据此用理想的时间单位）。
     """
+    _check_schedule(schedule)
     p, m = _check_int("stages", stages), _check_int("micro_batches", micro_batches)
     for name, value in (("forward_time", forward_time), ("backward_time", backward_time)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{name} 应是正数，收到 {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+                or not value > 0):
+            raise ValueError(f"{name} 应是有限的正数，收到 {value!r}")
     orders = [stage_order(schedule, p, m, s) for s in range(p)]
     done: dict[tuple[str, int, int], float] = {}  # (kind, stage, micro_batch) → 结束时间
     free = [0.0] * p  # 每段空下来的时刻
@@ -108,16 +122,37 @@ def ideal_schedule(schedule: str, stages: int, micro_batches: int, *, forward_ti
                 progressed = True
         if not progressed:  # pragma: no cover - 上面两种顺序都不会死锁
             raise RuntimeError(f"{schedule} 的顺序互相等待（死锁）")
-    return sorted(events, key=lambda e: (e.start, e.rank))
+    return IdealTimeline(sorted(events, key=lambda e: (e.start, e.rank)))
+
+
+_EVENT_FORMAT = "PipelineEvent(rank, kind, micro_batch, start, end) 的列表"
 
 
 def _events(events: Iterable) -> list[PipelineEvent]:
-    out = [e if isinstance(e, PipelineEvent) else PipelineEvent(*e) for e in events]
+    """把 ``events`` 读成一个 PipelineEvent 列表（生成器只读一遍），并检查每个事件。"""
+    if isinstance(events, (str, bytes)) or not isinstance(events, Iterable):
+        raise TypeError(f"events 应是{_EVENT_FORMAT}，收到 {type(events).__name__}")
+    out = []
+    for e in events:
+        if not isinstance(e, PipelineEvent):
+            try:
+                e = PipelineEvent(*e)
+            except TypeError:
+                raise TypeError(f"events 应是{_EVENT_FORMAT}，其中一项是 {e!r}") from None
+        out.append(e)
     if not out:
-        raise ValueError("events 为空：应是 PipelineEvent(rank, kind, micro_batch, start, end) 的列表")
+        raise ValueError(f"events 为空：应是{_EVENT_FORMAT}")
     for e in out:
         if e.kind not in ("F", "B"):
             raise ValueError(f"事件的 kind 应是 'F' 或 'B'，收到 {e.kind!r}")
+        for name in ("rank", "micro_batch"):
+            value = getattr(e, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"事件 {tuple(e)} 的 {name} 应是 ≥ 0 的整数，收到 {value!r}")
+        for name in ("start", "end"):
+            value = getattr(e, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"事件 {tuple(e)} 的 {name} 应是有限的数，收到 {value!r}")
         if e.end < e.start:
             raise ValueError(f"事件 {tuple(e)} 的 end 早于 start")
     return out
@@ -139,8 +174,9 @@ def busy_time(events: Sequence) -> dict[int, float]:
 
 def idle_per_rank(events: Sequence) -> dict[int, float]:
     """每段在整条时间线跨度里空闲的比例 ``{rank: 比例}``。"""
-    span = makespan(events)
-    return {r: (1.0 - b / span if span > 0 else 0.0) for r, b in busy_time(events).items()}
+    ev = _events(events)  # 只读一遍：events 可以是生成器
+    span = makespan(ev)
+    return {r: (1.0 - b / span if span > 0 else 0.0) for r, b in busy_time(ev).items()}
 
 
 def idle_fraction(events: Sequence, stages: int | None = None) -> float:
@@ -148,9 +184,12 @@ def idle_fraction(events: Sequence, stages: int | None = None) -> float:
 
     理想调度（:func:`ideal_schedule`）里它等于 (p−1)/(m+p−1)；实测的时间线里它还包含通信与等待。
     """
-    busy = busy_time(events)
+    ev = _events(events)  # 只读一遍：events 可以是生成器
+    busy = busy_time(ev)
     p = len(busy) if stages is None else _check_int("stages", stages)
-    span = makespan(events)
+    if p < len(busy):
+        raise ValueError(f"stages={p} 太少：事件里出现了 {len(busy)} 个段 {sorted(busy)}，stages 至少应是 {len(busy)}")
+    span = makespan(ev)
     return 1.0 - sum(busy.values()) / (p * span) if span > 0 else 0.0
 
 

@@ -45,6 +45,13 @@ __all__ = ["CopyToParallel", "ReduceFromParallel", "column_shard", "row_shard", 
 TP_MODES = ("manual", "torch", "torch_block")
 
 
+def _require_process_group() -> None:
+    """手写切法的 all-reduce 要在进程组里做：否则给中文的说明，而不是 torch 的英文报错。"""
+    if not dist.is_initialized():
+        raise RuntimeError("手写张量并行的 all-reduce 需要先有进程组：在 launch 起的进程里（或 torchrun 下）"
+                           "运行 TensorParallelFFN / TensorParallelAttention；单进程时直接用原来的模块")
+
+
 class CopyToParallel(torch.autograd.Function):
     """Megatron 的 f：前向原样复制（每个进程都有完整的 x），反向把各进程对 x 的部分梯度 all-reduce 求和。"""
 
@@ -56,6 +63,7 @@ class CopyToParallel(torch.autograd.Function):
     def backward(ctx, grad):
         grad = grad.contiguous().clone()
         record("all_reduce", grad)
+        _require_process_group()
         dist.all_reduce(grad)
         return grad
 
@@ -67,6 +75,7 @@ class ReduceFromParallel(torch.autograd.Function):
     def forward(ctx, x):
         x = x.contiguous().clone()
         record("all_reduce", x)
+        _require_process_group()
         dist.all_reduce(x)
         return x
 
