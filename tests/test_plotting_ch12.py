@@ -4,7 +4,12 @@ import pytest
 
 from tformer_lib.parallel.schedule import PipelineEvent, ideal_schedule
 from tformer_lib.parallel.zero import zero_bytes_per_rank
-from tformer_lib.plotting.parallel import plot_comm_volume, plot_pipeline_timeline, plot_zero_memory
+from tformer_lib.plotting.parallel import (
+    plot_comm_volume,
+    plot_pipeline_schedules,
+    plot_pipeline_timeline,
+    plot_zero_memory,
+)
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -50,6 +55,43 @@ def test_several_timelines_stack_and_measured_seconds_become_ms(render):
     assert render(plot_pipeline_timeline(measured, ax=ax)) is fig and ax.get_legend() is not None
     with pytest.raises(ValueError, match="ax"):
         plot_pipeline_timeline({"a": measured, "b": measured}, ax=ax)
+
+
+def test_auto_time_unit_follows_the_origin_not_whether_times_are_whole(render):
+    # 反向 1.5、前向 0.5 的理想调度仍是理想的时间单位（不是“实测秒 → 毫秒”的 0–7575）
+    fig = render(plot_pipeline_schedules(2, 2, backward_time=1.5))
+    assert [a.get_xlabel() for a in fig.axes] == ["时间（一次前向 = 1）"] * 2
+    assert fig.axes[0].get_xlim()[1] == pytest.approx(7.5 * 1.01)
+    ax = render(plot_pipeline_timeline(ideal_schedule("gpipe", 2, 2, forward_time=0.5))).axes[0]
+    assert ax.get_xlabel() == "时间（一次前向 = 1）"
+    panels = {"理想": ideal_schedule("gpipe", 2, 2, backward_time=1.5), "复制成普通列表": list(ideal_schedule("gpipe", 2, 2))}
+    assert [a.get_xlabel() for a in render(plot_pipeline_timeline(panels)).axes] == ["时间（一次前向 = 1）"] * 2
+    measured = [PipelineEvent(0, "F", 0, 3.0, 4.0), PipelineEvent(0, "B", 0, 4.0, 5.5)]  # 普通列表、非整数 → 实测秒
+    assert render(plot_pipeline_timeline(measured)).axes[0].get_xlabel() == "时间（毫秒）"
+    assert render(plot_pipeline_timeline(measured, time_unit="s")).axes[0].get_xlabel() == "时间（秒）"
+
+
+def test_schedules_given_as_one_name_and_measured_without_stage_3(render):
+    fig = render(plot_pipeline_schedules(2, 2, schedules="1f1b"))
+    assert len(fig.axes) == 1 and fig.axes[0].get_title().startswith("1F1B")
+    with pytest.raises(ValueError, match="schedule 应是"):
+        plot_pipeline_schedules(2, 2, schedules=("gpipe", "zb"))
+    with pytest.raises(ValueError, match="schedules 为空"):
+        plot_pipeline_schedules(2, 2, schedules=())
+    measured = {k: v for k, v in zero_bytes_per_rank(100, 2, 3).items() if k != "total"}
+    with pytest.raises(ValueError, match="stages 里应有 3"):
+        plot_zero_memory(100, 2, stages=(0, 1), measured=measured)
+
+
+def test_comm_volume_refuses_bytes_it_cannot_draw():
+    for bad in (float("nan"), -5, "10", True, float("inf")):
+        with pytest.raises(ValueError, match=r"volumes\['dp'\]\['formula'\] 应是 ≥ 0 的有限字节数"):
+            plot_comm_volume({"dp": {"formula": bad}})
+    with pytest.raises(ValueError, match="recorded.*应是 ≥ 0"):
+        plot_comm_volume({"dp": {"formula": 1, "recorded": -1}})
+    with pytest.raises(ValueError, match="log=True 的对数轴画不了 0"):  # 否则是 matplotlib 的两条 UserWarning
+        plot_comm_volume({"dp": {"formula": 0}}, log=True)
+    plot_comm_volume({"dp": {"formula": 0}})  # 线性轴上 0 可以画（本文件把警告当错误）
 
 
 def test_zero_memory_bars_are_the_formula_and_measured_sits_beside_stage_3(render):

@@ -42,3 +42,20 @@ def test_zero_explorer_frames_per_world_size_with_measured_at_its_size():
     ex.update(precision="mixed")
     assert ex.status.value == ""
     assert isinstance(ex.controls["precision"], widgets.ToggleButtons)
+
+
+def test_explorers_refuse_what_a_slider_would_silently_clamp():
+    import numpy as np
+
+    for kwargs, match in [({"stages": 0}, "stages 应是 2…8 之间的整数，收到 0"), ({"stages": 9}, "stages 应是 2…8"),
+                          ({"options": (0, 2)}, "options 里的值 应是 ≥ 1 的整数，收到 0"),
+                          ({"options": ()}, "options 应是非空"), ({"micro_batches": 2.5}, "micro_batches"),
+                          ({"backward_time": float("nan")}, "backward_time 应是有限的正数")]:
+        with pytest.raises(ValueError, match=match):
+            pipeline_schedule_explorer(**kwargs)
+    assert pipeline_schedule_explorer(stages=np.int64(3), options=(2,)).controls["stages"].value == 3
+    for kwargs, match in [({"n_params": 0}, "n_params"), ({"world_size": True}, "world_size"),
+                          ({"options": (1, -2)}, "options 里的值"),
+                          ({"measured": {"parameters": 1.0}}, r"measured 缺少 \['gradients', 'optimizer'\]")]:
+        with pytest.raises(ValueError, match=match):
+            zero_memory_explorer(**{"n_params": 200, **kwargs})

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -38,12 +40,18 @@ def _as_events(events, name: str) -> list:
     return out
 
 
+def _auto_unit(events, ideal: bool) -> str:
+    """``time_unit="auto"`` 的单位按事件的来源定：:func:`~tformer_lib.parallel.schedule.ideal_schedule` 返回的列表
+    （带 ``ideal`` 标记）→ 理想的时间单位，不论时刻是不是整数（反向耗时 1.5 也一样）；别的列表（实测，秒）→ 毫秒，
+    只有时刻全是整数的手写列表才当作理想的时间单位（实测的秒几乎不可能全是整数）。"""
+    if ideal:
+        return "units"
+    whole = all(float(e.start).is_integer() and float(e.end).is_integer() for e in events)
+    return "units" if whole else "ms"
+
+
 def _draw_timeline(ax, events, time_unit: str, title: str | None) -> None:
     from tformer_lib.parallel.schedule import idle_fraction
-
-    if time_unit == "auto":
-        whole = all(float(e.start).is_integer() and float(e.end).is_integer() for e in events)
-        time_unit = "units" if whole else "ms"
     scale = {"units": 1.0, "ms": 1e3, "s": 1.0}[time_unit]
     origin = min(e.start for e in events)
     ranks = sorted({e.rank for e in events})
@@ -71,15 +79,20 @@ def plot_pipeline_timeline(events, *, title: str | None = None, time_unit: str =
 
     ``events``：一串 :class:`~tformer_lib.parallel.schedule.PipelineEvent`，或 ``{名字: 事件列表}``（每条一个子图，
     上下排列，例如“理想 GPipe”“实测”）。每个子图的标题写着它的空闲比例
-    （:func:`~tformer_lib.parallel.schedule.idle_fraction`）。``time_unit``：``"auto"``（时刻都是整数 → 理想调度的
-    时间单位，否则按秒记的实测 → 毫秒）、``"units"``、``"ms"``、``"s"``。
+    （:func:`~tformer_lib.parallel.schedule.idle_fraction`）。``time_unit``：``"auto"``（按来源：
+    :func:`~tformer_lib.parallel.schedule.ideal_schedule` 的结果 → 理想调度的时间单位；实测的秒 → 毫秒；
+    时刻全是整数的手写列表也当作理想单位）、``"units"``、``"ms"``、``"s"``。
     """
     if time_unit not in _TIME_UNITS:
         raise ValueError(f"time_unit 应是 {_TIME_UNITS} 之一，收到 {time_unit!r}")
     panels = dict(events) if isinstance(events, Mapping) else {None: events}
     if not panels:
         raise ValueError("events 为空：应是事件列表或 {名字: 事件列表}")
-    panels = {name: _as_events(ev, f"events[{name!r}]" if name is not None else "events") for name, ev in panels.items()}
+    units = {}
+    for name, ev in list(panels.items()):  # 单位按来源定（见 _auto_unit）：转成普通列表之前先看 ideal 标记
+        ideal = getattr(ev, "ideal", False)
+        panels[name] = _as_events(ev, f"events[{name!r}]" if name is not None else "events")
+        units[name] = time_unit if time_unit != "auto" else _auto_unit(panels[name], ideal)
     if ax is not None and len(panels) > 1:
         raise ValueError("给了 ax 时只能画一条时间线（events 应是一个列表）")
     if ax is None:
@@ -89,7 +102,7 @@ def plot_pipeline_timeline(events, *, title: str | None = None, time_unit: str =
     else:
         fig, axes = ax.figure, [ax]
     for a, (name, ev) in zip(axes, panels.items()):
-        _draw_timeline(a, ev, time_unit, name)
+        _draw_timeline(a, ev, units[name], name)
     from matplotlib.patches import Patch
 
     handles = [Patch(color=_F_COLOR, label="前向 F"), Patch(color=_B_COLOR, label="反向 B"),
@@ -113,6 +126,11 @@ def plot_pipeline_schedules(stages: int = 4, micro_batches: int = 8, *, schedule
     from tformer_lib.parallel.schedule import ideal_schedule, peak_in_flight
 
     names = {"gpipe": "GPipe", "1f1b": "1F1B"}
+    if isinstance(schedules, str):  # 一个名字 = 只画这一种调度（不要把字符串逐字拆开）
+        schedules = (schedules,)
+    schedules = tuple(schedules)
+    if not schedules:
+        raise ValueError("schedules 为空：应是 'gpipe'、'1f1b' 之一或它们的序列")
     panels = {}
     for sch in schedules:
         events = ideal_schedule(sch, stages, micro_batches, backward_time=backward_time)
@@ -145,6 +163,8 @@ def plot_zero_memory(n_params: int, world_size: int, *, measured: Mapping[str, f
         missing = [k for k in ZERO_PART_LABELS if k not in measured]
         if missing:
             raise ValueError(f"measured 缺少 {missing}：应是 {{'parameters', 'gradients', 'optimizer'}} 的字节数")
+        if 3 not in stages:
+            raise ValueError(f"measured（FSDP2 实测）画在阶段 3 旁边：stages 里应有 3，收到 {tuple(stages)!r}")
         rows["FSDP2 实测"] = dict(measured)
     if ax is None:
         fig, ax = new_figure((7.6, 1.0 + 0.55 * len(rows)))
@@ -183,6 +203,14 @@ def plot_comm_volume(volumes: Mapping[str, Mapping[str, float]], *, unit: float 
     for name, v in volumes.items():
         if not isinstance(v, Mapping) or "formula" not in v:
             raise TypeError(f"volumes[{name!r}] 应是含 'formula'（可另有 'recorded'）的字典，收到 {v!r}")
+        for key in ("formula", "recorded"):
+            value = v.get(key)
+            if value is None and key == "recorded":
+                continue
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+                    or value < 0 or (log and value == 0)):
+                want = "正数（log=True 的对数轴画不了 0）" if log else " ≥ 0 的有限字节数"
+                raise ValueError(f"volumes[{name!r}][{key!r}] 应是{want}，收到 {value!r}")
     if ax is None:
         fig, ax = new_figure((7.2, 1.0 + 0.7 * len(volumes)))
     else:

@@ -6,9 +6,12 @@ Jupyter 里其余控件实时重画。帧数与尺寸都小，合计远在每章
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 
 import ipywidgets as widgets
+
+from tformer_lib._checks import finite_positive
 
 from tformer_lib.widgets.explorer import Explorer
 
@@ -20,6 +23,23 @@ PIPELINE_MICRO_BATCHES = (1, 2, 4, 8, 16)
 ZERO_WORLD_SIZES = (1, 2, 4, 8, 16, 64)
 
 _STYLE = {"description_width": "initial"}
+#: 流水线探索器里段数滑块的范围
+_STAGES_RANGE = (2, 8)
+
+
+def _int_at_least(name: str, value, low: int, high: int | None = None) -> int:
+    """整数（含 NumPy 整数，不含 bool）且在 [low, high] 内；否则点名参数报错（不让滑块悄悄把它夹到范围里）。"""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low
+            or (high is not None and value > high)):
+        want = f" {low}…{high} 之间的整数" if high is not None else f" ≥ {low} 的整数"
+        raise ValueError(f"{name} 应是{want}，收到 {value!r}")
+    return int(value)
+
+
+def _options(values, name: str = "options") -> list[int]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise ValueError(f"{name} 应是非空的正整数序列，收到 {values!r}")
+    return [_int_at_least(f"{name} 里的值", v, 1) for v in values]
 
 
 def pipeline_schedule_explorer(stages: int = 4, micro_batches: int = 8, *, backward_time: float = 2.0,
@@ -31,10 +51,13 @@ def pipeline_schedule_explorer(stages: int = 4, micro_batches: int = 8, *, backw
     """
     from tformer_lib.plotting.parallel import plot_pipeline_schedules
 
-    options = sorted(set(options) | {micro_batches})
+    stages = _int_at_least("stages", stages, *_STAGES_RANGE)
+    micro_batches = _int_at_least("micro_batches", micro_batches, 1)
+    backward_time = finite_positive("backward_time", backward_time)
+    options = sorted(set(_options(options)) | {micro_batches})
     m = widgets.SelectionSlider(options=options, value=micro_batches, description="微批数 m",
                                 continuous_update=False, style=_STYLE)
-    p = widgets.IntSlider(value=stages, min=2, max=8, description="段数 p", continuous_update=False, style=_STYLE)
+    p = widgets.IntSlider(value=stages, min=_STAGES_RANGE[0], max=_STAGES_RANGE[1], description="段数 p", continuous_update=False, style=_STYLE)
 
     def _plot(micro_batches, stages, backward_time):
         return plot_pipeline_schedules(stages, micro_batches, backward_time=backward_time)
@@ -53,7 +76,16 @@ def zero_memory_explorer(n_params: int, world_size: int = 2, *, measured: Mappin
     """
     from tformer_lib.plotting.parallel import plot_zero_memory
 
-    options = sorted(set(options) | {world_size})
+    n_params = _int_at_least("n_params", n_params, 1)
+    world_size = _int_at_least("world_size", world_size, 1)
+    measured_world_size = _int_at_least("measured_world_size", measured_world_size, 1)
+    if measured is not None:  # 在这里就报错，而不是让那一帧变成错误提示
+        from tformer_lib.plotting.parallel import ZERO_PART_LABELS
+
+        missing = [k for k in ZERO_PART_LABELS if not isinstance(measured, Mapping) or k not in measured]
+        if missing:
+            raise ValueError(f"measured 缺少 {missing}：应是 {{'parameters', 'gradients', 'optimizer'}} 的字节数")
+    options = sorted(set(_options(options)) | {world_size})
     p = widgets.SelectionSlider(options=options, value=world_size, description="进程数 p", continuous_update=False,
                                 style=_STYLE)
     precision = widgets.ToggleButtons(options=[("fp32 + AdamW（4+4+8 字节）", "fp32"),
