@@ -72,3 +72,16 @@ def test_single_process_stages_compose_to_the_model(problem):
     tied = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=16))
     with pytest.raises(ValueError, match="tie_embeddings=False"):
         LMStage(tied, 0, 2)
+
+
+def test_every_accepted_mode_is_listed_and_bad_arguments_fail_before_launching():
+    from tformer_lib.parallel.pipeline import MANUAL_MODES, PIPELINE_MODES, measure_pipeline_timeline
+
+    assert set(MANUAL_MODES) <= set(PIPELINE_MODES) and {"gpipe", "1f1b"} <= set(PIPELINE_MODES)
+    with pytest.raises(ValueError, match="mode 应是"):
+        pipeline_worker(0, 2, "zb", {}, {}, torch.zeros(1, 2), 1, 1, 1, 0.1)
+    model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=16, tie_embeddings=False))
+    with pytest.raises(ValueError, match="steps 应 ≥ 2"):  # 第一步是预热、不算：只跑一步就没有可返回的时间线
+        measure_pipeline_timeline(model, torch.randint(4, 30, (8, 9)), steps=1)
+    with pytest.raises(ValueError, match="stages=3 多于块数 n_layers=2"):
+        measure_pipeline_timeline(model, torch.randint(4, 30, (24, 9)), stages=3)
