@@ -14,7 +14,7 @@ from tformer_lib.exercises.ch12 import (
 )
 from tformer_lib.parallel import allreduce_gradients, bubble_fraction, zero_bytes_per_rank
 from tformer_lib.parallel.comm import ring_all_reduce_bytes
-from tformer_lib.parallel.schedule import ideal_schedule, peak_in_flight
+from tformer_lib.parallel.schedule import busy_time, ideal_schedule, makespan, peak_in_flight
 
 
 # ---- 练习 1（推导并核对）：reduce-scatter 与 all-gather 各 p−1 轮，每轮 N/p 个元素 ----
@@ -29,6 +29,7 @@ RING = Case(check_ring_allreduce_bytes, ref_ring_allreduce_bytes, returns="numbe
     Wrong("whole_tensor", lambda n, p, b: 2 * (p - 1) * n * b, key="whole_tensor"),
     Wrong("elements", lambda n, p, b: 2 * (p - 1) / p * n, key="elements"),
     Wrong("limit", lambda n, p, b: 2 * n * b, key="limit"),
+    Wrong("limit_at_p1", lambda n, p, b: 2 * n * b if p == 1 else ref_ring_allreduce_bytes(n, p, b), key="limit"),
     Wrong("library_call", lambda n, p, b: ring_all_reduce_bytes(n * b, p), key="library_call"),
 ])
 
@@ -47,6 +48,7 @@ ZERO = Case(check_zero_bytes, ref_zero_bytes, returns="number",
     Wrong("all_sharded", lambda n, p, k: 16 * n / p, key="all_sharded"),
     Wrong("stage_off_by_one", lambda n, p, k: ref_zero_bytes(n, p, min(k + 1, 3)), key="stage_off_by_one"),
     Wrong("one_moment", lambda n, p, k: ref_zero_bytes(n, p, k) - 4 * n / (p if k >= 1 else 1), key="one_moment"),
+    Wrong("zero_at_p1", lambda n, p, k: ref_zero_bytes(n, p, k) if p > 1 else 0, key="values"),
     Wrong("library_call", lambda n, p, k: zero_bytes_per_rank(n, p, k)["total"], key="library_call"),
 ])
 
@@ -104,12 +106,20 @@ def _measured_bubble(stages, micro_batches):  # 另一种对的做法：自己�
     return 1 - sum(e.end - e.start for e in events) / (stages * span)
 
 
+def _bubble_from_library_helpers(stages, micro_batches):  # 库的 busy_time、makespan 就是量空闲比例的答案
+    events = ideal_schedule("gpipe", stages, micro_batches)
+    return 1 - sum(busy_time(events).values()) / (stages * makespan(events))
+
+
 BUBBLE = Case(check_bubble_fraction, ref_bubble, returns="number", also_correct=[_measured_bubble], wrong=[
     Wrong("hard_coded", lambda p, m: 0.2),
     Wrong("over_useful", lambda p, m: (p - 1) / m, key="over_useful"),
     Wrong("denominator", lambda p, m: (p - 1) / (m + p), key="denominator"),
     Wrong("busy", lambda p, m: m / (m + p - 1), key="busy"),
+    Wrong("half_at_p1", lambda p, m: ref_bubble(p, m) if p > 1 else 0.5, key="values"),
+    Wrong("half_at_m1", lambda p, m: ref_bubble(p, m) if m > 1 else 0.5, key="values"),
     Wrong("library_call", lambda p, m: bubble_fraction(p, m), key="library_call"),
+    Wrong("busy_time_and_makespan", _bubble_from_library_helpers, key="library_call"),
 ])
 
 
@@ -133,6 +143,8 @@ PEAK = Case(check_peak_in_flight, ref_peak_in_flight, returns="int", also_correc
     Wrong("1f1b_as_gpipe", lambda k, p, m, s: m, key="1f1b_as_gpipe"),
     Wrong("ignores_stage", lambda k, p, m, s: m if k == "gpipe" else min(p, m), key="ignores_stage"),
     Wrong("no_min", lambda k, p, m, s: m if k == "gpipe" else p - s, key="no_min"),
+    Wrong("last_stage_plus_one", lambda k, p, m, s: ref_peak_in_flight(k, p, m, s) + (k == "1f1b" and s == p - 1 and p > 3),
+          key="values"),
     Wrong("library_call", lambda k, p, m, s: peak_in_flight(ideal_schedule(k, p, m))[s], key="library_call"),
 ])
 

@@ -105,8 +105,9 @@ def check_ring_allreduce_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
     dtypes = {2: torch.float16, 4: torch.float32, 8: torch.float64}
 
     def cases(f):
-        for i, g in enumerate(random_cases(8, seed=121)):
-            p = (4, 8, 2)[i] if i < 3 else draw_int(g, 2, 12)  # 第一组 p=4、4 字节：各种错误写法的值互不相同
+        for i, g in enumerate(random_cases(10, seed=121)):
+            # 第一组 p=4、4 字节：各种错误写法的值互不相同；第 4 组 p=1（环里没有别人：0 字节），之后也可能抽到 1
+            p = (4, 8, 2, 1)[i] if i < 4 else draw_int(g, 1, 12)
             b = 4 if i == 0 else draw_choice(g, (2, 4, 8))
             small = p * draw_int(g, 1, 12)
             sent = _simulate_ring([torch.randint(-4, 5, (small,), generator=g).to(dtypes[b]) for _ in range(p)])
@@ -120,10 +121,12 @@ def check_ring_allreduce_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
                 Variant("naive", "那是每个进程把整个张量直接发给其余 p−1 个进程；环形每轮只发 1/p", (p - 1) * n * b),
                 Variant("elements", "算出的是元素个数，还要乘每个元素的字节数 element_bytes", 2 * (p - 1) / p * n),
                 Variant("limit", "2N 是 p→∞ 时的极限；p 有限时是 2(p−1)/p·N", 2 * n * b),
-            ], default_hint=f"{call}：逐轮模拟的环里每个进程发出 {want:.6g} 字节")
+            ], default_hint=f"{call}：逐轮模拟的环里每个进程发出 {want:.6g} 字节"
+                            + ("（只有 1 个进程时环里没有别人，不发任何字节）" if p == 1 else ""))
 
-    return run_checks("环形 all-reduce 每个进程发出的字节", fn, [("8 组随机的 n、p 与元素字节数，对照逐轮模拟", cases)],
-                      verbose=verbose)
+    return run_checks("环形 all-reduce 每个进程发出的字节", fn,
+                      [("10 组随机的 n、p（含 p=1）与元素字节数，对照逐轮模拟", cases)], verbose=verbose,
+                      forbidden=(ring_all_reduce_bytes,))
 
 
 # ---- 推导并核对：ZeRO 各阶段每个进程的字节 ---------------------------------------------------------------
@@ -140,9 +143,10 @@ def check_zero_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckRe
     from tformer_lib.parallel.zero import zero_bytes_per_rank
 
     def cases(f):
-        for i, g in enumerate(random_cases(12, seed=122)):
-            stage = i % 4 if i < 8 else draw_int(g, 0, 3)
-            p, n = draw_int(g, 2, 64), draw_int(g, 1_000, 50_000_000)
+        for i, g in enumerate(random_cases(16, seed=122)):
+            stage = i % 4 if i < 8 or 12 <= i else draw_int(g, 0, 3)
+            # 第 13–16 组 p=1：只有一个进程时什么都切不开，四个阶段都是 16N
+            p, n = (draw_int(g, 2, 64) if i < 12 else 1), draw_int(g, 1_000, 50_000_000)
             params, grads, optim = _zero_parts(n, p, stage)
             want = params + grads + optim
             call = f"zero_bytes(n_params={n}, world_size={p}, stage={stage})"
@@ -163,7 +167,8 @@ def check_zero_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckRe
                            default_hint=f"{call} 应为 {want:.6g} 字节：参数 {params:.6g} + 梯度 {grads:.6g} + "
                                         f"优化器状态 {optim:.6g}")
 
-    return run_checks("ZeRO 每个进程的模型状态字节", fn, [("12 组随机的 n、p，四个阶段都有", cases)], verbose=verbose)
+    return run_checks("ZeRO 每个进程的模型状态字节", fn, [("16 组随机的 n、p（含 p=1），四个阶段都有", cases)],
+                      verbose=verbose, forbidden=(zero_bytes_per_rank,))
 
 
 # ---- 找错：梯度同步只求和、没有平均 ----------------------------------------------------------------------
@@ -250,6 +255,7 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
     那一份算出梯度，调用 ``fn(model)``，再与一个进程用整批算出的梯度比较（4 组随机的模型与批大小）。
     读者的函数先在本进程里试调一次：还是桩时立刻 ⏳，不起进程。检查期间库里的 ``allreduce_gradients`` 被禁用。
     """
+    from tformer_lib.parallel.data_parallel import allreduce_gradients
     from tformer_lib.parallel.launch import DistributedError, launch
 
     cases_ = [(1201 + k, 1 + k % 3) for k in range(4)]
@@ -319,7 +325,7 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
                 raise Mistake(f"{where}与一个进程用整批算出的不一致", key="values")
 
     return run_checks("手写梯度同步（取平均）", fn, [(f"{_WORLD} 个进程、4 组随机的模型与批大小，对照单进程整批", synced)],
-                      verbose=verbose)
+                      verbose=verbose, forbidden=(allreduce_gradients,))
 
 
 # ---- 预测再验证：流水线的气泡 ---------------------------------------------------------------------------
@@ -329,15 +335,19 @@ def check_bubble_fraction(fn: Callable[..., Any], *, verbose: bool = True) -> Ch
     """检查 ``fn(stages, micro_batches) -> 数``：p 段、m 个微批的流水线里，各段合起来空闲的比例。
 
     与理想调度的时间线（:func:`~tformer_lib.parallel.schedule.ideal_schedule`：GPipe 与 1F1B、随机的反向耗时）
-    量出来的空闲比例比较。检查期间库里的 ``bubble_fraction``、``idle_fraction``、``idle_per_rank`` 被禁用。
+    量出来的空闲比例比较（含 p=1、m=1 的边界）。检查期间库里的 ``bubble_fraction``、``idle_fraction``、
+    ``idle_per_rank``、``busy_time``、``makespan`` 被禁用（自己在 ``ideal_schedule`` 的时间线上量，也算对）。
     """
     from tformer_lib.parallel import schedule as sch
     from tformer_lib.parallel.pipeline import bubble_fraction
 
+    banned = (bubble_fraction, sch.idle_fraction, sch.idle_per_rank, sch.busy_time, sch.makespan)
+
     def cases(f):
-        for i, g in enumerate(random_cases(10, seed=124)):
-            p = draw_int(g, 2, 8)
-            m = draw_int(g, 1, p - 1) if i == 0 else draw_int(g, 1, 32)
+        for i, g in enumerate(random_cases(14, seed=124)):
+            # 边界：第 2、3 组 p=1（没有流水线，不空闲），第 4、5 组 m=1；其余随机（也可能抽到 p=1、m=1）
+            p = 1 if i in (1, 2) else draw_int(g, 2, 8) if i < 10 else draw_int(g, 1, 8)
+            m = draw_int(g, 1, p - 1) if i == 0 else 1 if i in (3, 4) else draw_int(g, 1, 32)
             kind = ("gpipe", "1f1b")[i % 2]
             t_b = draw_choice(g, (1.0, 2.0, 3.0))
             events = sch.ideal_schedule(kind, p, m, backward_time=t_b)
@@ -345,7 +355,7 @@ def check_bubble_fraction(fn: Callable[..., Any], *, verbose: bool = True) -> Ch
             span = max(e.end for e in events) - min(e.start for e in events)
             want = 1 - busy / (p * span)
             call = f"bubble(stages={p}, micro_batches={m})"
-            compare_number(_call(f, (bubble_fraction, sch.idle_fraction, sch.idle_per_rank), p, m), want,
+            compare_number(_call(f, banned, p, m), want,
                            what=f"{call} 的返回值", rtol=1e-6, atol=1e-9, variants=[
                 Variant("over_useful", "(p−1)/m 是气泡时间与有用计算时间之比（GPipe 论文的 O((p−1)/m)）；"
                         "这里问的是占整段时间的比例，分母是 m+p−1", (p - 1) / m),
@@ -355,7 +365,8 @@ def check_bubble_fraction(fn: Callable[..., Any], *, verbose: bool = True) -> Ch
                 Variant("busy", "这是忙碌的比例 m/(m+p−1)；问的是空闲的比例", m / (m + p - 1)),
             ], default_hint=f"{call}：{kind} 理想时间线（反向耗时 {t_b:g}×前向）上量出的空闲比例是 {want:.4f}")
 
-    return run_checks("流水线的气泡比例", fn, [("10 组随机的 p、m，GPipe 与 1F1B，对照理想时间线", cases)], verbose=verbose)
+    return run_checks("流水线的气泡比例", fn, [("14 组随机的 p、m（含 p=1、m=1），GPipe 与 1F1B，对照理想时间线", cases)],
+                      verbose=verbose, forbidden=banned)
 
 
 # ---- 扩展：1F1B 与 GPipe 各要存几份激活 ------------------------------------------------------------------
@@ -371,7 +382,7 @@ def check_peak_in_flight(fn: Callable[..., Any], *, verbose: bool = True) -> Che
     from tformer_lib.parallel import schedule as sch
 
     def cases(f):
-        for i, g in enumerate(random_cases(14, seed=125)):
+        for i, g in enumerate(random_cases(20, seed=125)):
             kind = ("gpipe", "1f1b")[i % 2]
             p = draw_int(g, 3, 8)
             s = draw_int(g, 0, p - 1) if i >= 6 else (0, 0, 0, draw_int(g, 1, p - 1), 0, draw_int(g, 0, p - 2))[i]
@@ -381,6 +392,11 @@ def check_peak_in_flight(fn: Callable[..., Any], *, verbose: bool = True) -> Che
                 m = draw_int(g, 1, p - s - 1)
             else:
                 m = draw_int(g, 1, 24)
+            if i >= 14:  # 边界：p=1（两种调度）、p=2，以及 p>3 时的最后一段与 m=1
+                kind, p = ("gpipe", "1f1b", "1f1b", "1f1b", "gpipe", "1f1b")[i - 14], (1, 1, 2, 0, 0, 0)[i - 14]
+                p = p or draw_int(g, 4, 8)
+                s = p - 1 if i in (14, 15, 17, 18) else draw_int(g, 0, p - 1)
+                m = 1 if i == 19 else draw_int(g, 3, 24)
             want = sch.peak_in_flight(sch.ideal_schedule(kind, p, m))[s]
             call = f"peak_in_flight(schedule={kind!r}, stages={p}, micro_batches={m}, stage={s})"
             got = as_int(_call(f, (sch.peak_in_flight,), kind, p, m, s), f"{call} 的返回值")
@@ -398,5 +414,6 @@ def check_peak_in_flight(fn: Callable[..., Any], *, verbose: bool = True) -> Che
                 hint, key = (f"在理想时间线上数一数：第 {s} 段最多同时有 {want} 个微批的前向做了、反向还没做完", "values")
             raise Mistake(f"{call} 返回 {got}，应为 {want}。{hint}", key=key)
 
-    return run_checks("流水线每段最多存几份激活", fn, [("14 组随机的调度、p、m 与段号，对照理想时间线", cases)],
-                      verbose=verbose)
+    return run_checks("流水线每段最多存几份激活", fn,
+                      [("20 组随机的调度、p、m 与段号（含 p=1、p=2、最后一段、m=1），对照理想时间线", cases)],
+                      verbose=verbose, forbidden=(sch.peak_in_flight,))
