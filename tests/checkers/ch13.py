@@ -1,5 +1,6 @@
 """第 13 章检查器的用例：参考答案（与 notebooks/solutions/13_solutions.ipynb 一致）和已知错误答案。"""
 
+import functools
 import math
 
 import torch
@@ -49,6 +50,8 @@ PAGED = Case(check_paged_cache_bytes, ref_paged_cache_bytes, returns="int",
     Wrong("only_k", lambda c, ls, b, e: ref_paged_cache_bytes(c, ls, b, e) // 2),
     Wrong("query_heads", lambda c, ls, b, e: sum(-(-n // b) for n in ls) * b * 2 * c.n_layers * c.d_model * e),
     Wrong("contiguous", lambda c, ls, b, e: len(ls) * c.max_len * _per_pos(c, e), key="contiguous"),
+    # 在一组情形里碰巧与“L//b + 1”同值：提示要按每组都吻合的那种错误给
+    Wrong("longest_for_all", lambda c, ls, b, e: len(ls) * -(-max(ls) // b) * b * _per_pos(c, e), key="longest_for_all"),
     Wrong("builds_a_cache", _measure_paged, key="library_call"),
 ])
 
@@ -84,6 +87,8 @@ def ref_tokens_per_pass_distribution(alpha, k):
 DISTRIBUTION = Case(check_tokens_per_pass_distribution, ref_tokens_per_pass_distribution, also_correct=[
     lambda a, k: torch.tensor(ref_tokens_per_pass_distribution(a, k)),
     lambda a, k: tuple(ref_tokens_per_pass_distribution(a, k)),
+    lambda a, k: torch.tensor(ref_tokens_per_pass_distribution(a, k), dtype=torch.float16),  # 半精度也对（按它的精度比较）
+    lambda a, k: torch.tensor(ref_tokens_per_pass_distribution(a, k), dtype=torch.bfloat16),
 ], wrong=[
     Wrong("hard_coded", lambda a, k: [0.5, 0.5]),
     Wrong("untruncated", lambda a, k: [a ** (n - 1) * (1 - a) for n in range(1, k + 2)], key="untruncated"),
@@ -91,6 +96,10 @@ DISTRIBUTION = Case(check_tokens_per_pass_distribution, ref_tokens_per_pass_dist
     Wrong("swapped", lambda a, k: ref_tokens_per_pass_distribution(1 - a, k), key="swapped"),
     Wrong("k_terms", lambda a, k: [a ** (n - 1) * (1 - a) for n in range(1, k + 1)], key="length"),
     Wrong("string", lambda a, k: "1-a", key="string"),
+    Wrong("fp16_but_wrong", lambda a, k: torch.tensor([a ** (n - 1) * (1 - a) for n in range(1, k + 2)],
+                                                      dtype=torch.float16), key="untruncated"),
+    Wrong("not_normalized", lambda a, k: [x + 1e-4 for x in ref_tokens_per_pass_distribution(a, k)],
+          key="not_normalized"),
 ])
 
 
@@ -148,6 +157,8 @@ def _pads_at(prompts, pad_id, value=None, sign=1, invert=False, right=False):
 LEFT_PAD = Case(check_left_pad, ref_left_pad, also_correct=[
     lambda p, i: _pads_at(p, i, value=5),  # 填充处的位置随便取（在上下文之内）
     lambda p, i: tuple(t.numpy() for t in ref_left_pad(p, i)),
+    lambda p, i: tuple(t.tolist() for t in ref_left_pad(p, i)),  # 嵌套列表也行（与 NumPy 数组一样）
+    lambda p, i: [t.int() for t in ref_left_pad(p, i)],
 ], wrong=[
     Wrong("hard_coded", lambda p, i: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long),
                                       torch.ones(2, 3, dtype=torch.bool)), key="shape"),
@@ -156,6 +167,9 @@ LEFT_PAD = Case(check_left_pad, ref_left_pad, also_correct=[
     Wrong("inverted_mask", lambda p, i: _pads_at(p, i, invert=True), key="mask"),
     Wrong("negative_pad_positions", lambda p, i: _pads_at(p, i, sign=-1), key="negative"),
     Wrong("calls_the_library", lambda p, i: left_pad(p, i), key="library_call"),
+    Wrong("is_the_library", left_pad, key="library_call"),  # 直接交上库函数本身
+    Wrong("partial_of_the_library", functools.partial(left_pad), key="library_call"),
+    Wrong("ragged_lists", lambda p, i: ([list(x) for x in p], ref_left_pad(p, i)[1], ref_left_pad(p, i)[2]), key="type"),
 ])
 
 CASES = [PAGED, INTENSITY, DISTRIBUTION, ACCEPT, LEFT_PAD]

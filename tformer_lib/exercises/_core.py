@@ -42,6 +42,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import math
 import random
@@ -202,6 +203,13 @@ def library_calls(fn: Callable[..., Any], forbidden: Sequence[Any]) -> list[str]
     found: dict[str, None] = {}
     seen: set[int] = set()
     stack = [inspect.unwrap(fn)] if callable(fn) else []
+    # 交上来的本身就是禁用对象（或 functools.wraps / functools.partial 包着它）：也算直接用了库
+    partial_of = getattr(fn, "func", None) if isinstance(fn, functools.partial) else None
+    for obj in (fn, *stack, partial_of):
+        if obj is not None and id(obj) in targets:
+            found[_full_name(obj)] = None
+    if partial_of is not None:
+        stack.append(inspect.unwrap(partial_of))
     while stack:
         f = stack.pop()
         code, env = getattr(f, "__code__", None), getattr(f, "__globals__", {})
