@@ -43,8 +43,9 @@ def plot_arithmetic_intensity(config, *, batch_sizes: Sequence[int] = (1, 2, 4, 
     蓝线：一条长 T 的提示的预填充（默认 T 取不超过 ``max_len`` 的 ``batch_sizes``）。给出测得的 ``peak_flops``
     （FLOP/s）与 ``bandwidth``（字节/秒）时，再画机器平衡点的水平线：线下访存受限，线上算力受限。
     """
-    from tformer_lib.serving.roofline import decode_cost, machine_balance, prefill_cost
+    from tformer_lib.serving.roofline import _check, decode_cost, machine_balance, prefill_cost
 
+    _check(config)
     batch_sizes = _positive_ints("batch_sizes", batch_sizes)
     context = config.max_len // 2 if context is None else context
     if prompt_lens is None:
@@ -85,8 +86,12 @@ def plot_roofline(points: Mapping[str, float], peak_flops: float, bandwidth: flo
     ``measured``（可选）：``{标签: 实测 FLOP/s}``，画成空心点，与屋顶之间的距离就是没用上的那部分。"""
     from tformer_lib.serving.roofline import attainable_flops, machine_balance
 
+    if not isinstance(points, Mapping):
+        raise TypeError(f"points 应是字典 {{标签: 算术强度}}，收到 {type(points).__name__}")
     if not points:
         raise ValueError("points 为空：应是 {标签: 算术强度}")
+    if measured is not None and not isinstance(measured, Mapping):
+        raise TypeError(f"measured 应是字典 {{标签: 实测 FLOP/s}} 或 None，收到 {type(measured).__name__}")
     balance = machine_balance(_positive_number("peak_flops", peak_flops), _positive_number("bandwidth", bandwidth))
     values = {k: _positive_number(f"points[{k!r}]", v) for k, v in points.items()}
     lo, hi = min(min(values.values()), balance) / 4, max(max(values.values()), balance) * 4

@@ -26,7 +26,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .._checks import positive_int
 from ..lm.generate import generate
+from ._validate import check_model
 from .engine import Engine
 from .speculative import expected_speedup, layer_skip_draft, speculative_generate
 from .workload import WorkItem, make_workload, run_continuous, run_static, summarize
@@ -77,6 +79,10 @@ def batching_benchmark(model: nn.Module, items: Sequence[WorkItem], *, rounds: i
     ``timeline[kind]`` 是每个请求的 ``[(步, 槽位), …]``；静态批处理里一批的所有槽位要等最长的一条结束才能换人，
     这就是连续批处理步数少得多的原因（``steps``、``slot_occupancy`` 给出数字）。
     """
+    check_model("model", model)
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
+        raise ValueError(f"items 应是非空的 WorkItem 列表（make_workload 的结果），收到 {items!r:.40}")
+    positive_int("rounds", rounds)
     keys = ("throughput", "ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95")
     per_round, timeline, memory, prefix = [], None, None, None
     for i in range(rounds):
@@ -140,6 +146,16 @@ def prefix_caching_benchmark(model: nn.Module, shared: Sequence[int], tails: Seq
 
     开、关前缀缓存各跑一遍，核对输出相同，数出实际预填充的词元数与 K/V 块的峰值（确定的计数，不计时）。
     """
+    check_model("model", model)
+    if isinstance(shared, (str, bytes)) or not isinstance(shared, Sequence):
+        raise TypeError(f"shared 应是共用前缀的词元 id 列表，收到 {type(shared).__name__}")
+    if isinstance(tails, (str, bytes)) or not isinstance(tails, Sequence) or not tails:
+        raise ValueError(f"tails 应是非空的列表（每个请求一段接在前缀后的词元 id），收到 {tails!r:.40}")
+    for i, t in enumerate(tails):
+        if isinstance(t, (str, bytes)) or not isinstance(t, Sequence):
+            raise TypeError(f"tails[{i}] 应是词元 id 列表，收到 {type(t).__name__} {t!r:.40}")
+        if not shared and not t:
+            raise ValueError(f"shared 与 tails[{i}] 都是空的：每个请求的提示至少要有 1 个词元")
     prompts = [list(shared) + list(t) for t in tails]
     out = {"requests": len(prompts), "shared_prefix_tokens": len(shared), "block_size": block_size,
            "prompt_tokens": sum(map(len, prompts))}
@@ -188,6 +204,17 @@ def speculative_benchmark(target: nn.Module, draft: nn.Module, prompts: Sequence
       机器繁忙时墙钟里混着等 CPU 的时间，CPU 时间只数真正做的工作。``cost_ratio_wall`` 是墙钟量的。
     - ``expected_speedup`` = (1−α^{k+1}) / ((1−α)(kc+1))；``speedups`` 是墙钟加速比，``cpu_speedups`` 是 CPU 时间之比。
     """
+    check_model("target", target)
+    check_model("draft", draft)
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
+        raise ValueError(f"prompts 应是非空的提示列表（每条是 id 列表），收到 {prompts!r:.40}")
+    positive_int("max_new_tokens", max_new_tokens)
+    positive_int("rounds", rounds)
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence) or not ks:
+        raise ValueError(f"ks 应是非空的正整数序列（要比较的草稿长度 k），收到 {ks!r}")
+    for k in ks:
+        positive_int("ks 里的 k", k)
+
     def timed(fn):
         start, start_cpu = time.perf_counter(), time.process_time()
         result = fn()
@@ -304,8 +331,33 @@ def load_results(path: str | Path | None = None) -> dict:
     return json.loads(p.read_text(encoding="utf-8"))
 
 
+_REPORT_KEYS = {
+    "machine": (),
+    "batching": ("workload", "static", "continuous", "throughput_ratio_median", "throughput_ratios",
+                 "rounds_at_least_2x", "cpu_ratio_median", "memory"),
+    "prefix_caching": ("requests", "shared_prefix_tokens", "with_prefix_caching", "without_prefix_caching"),
+    "speculative": ("cost_ratio", "cost_ratio_wall", "rows"),
+    "speculative_layer_skip": ("cost_ratio", "cost_ratio_wall", "rows"),
+}
+
+
+def _check_report_input(result) -> None:
+    """``report`` 要的是 :func:`serving_results` 的整个字典（或 :func:`load_results` 读出的结果文件）。"""
+    hint = "report 要的是 serving_results() 的整个字典（或 load_results() 读出的结果文件）"
+    if not isinstance(result, dict):
+        raise TypeError(f"{hint}，收到 {type(result).__name__}")
+    missing = [k for k in _REPORT_KEYS if k not in result]
+    if missing:
+        raise ValueError(f"{hint}：缺少键 {'、'.join(missing)}（收到的键：{'、'.join(map(str, result)) or '无'}）")
+    for key, inner in _REPORT_KEYS.items():
+        lacking = [k for k in inner if not isinstance(result[key], dict) or k not in result[key]]
+        if lacking:
+            raise ValueError(f"{hint}：result[{key!r}] 缺少键 {'、'.join(lacking)}")
+
+
 def report(result: dict) -> str:
-    """结果的中文摘要（几行文字）。"""
+    """结果的中文摘要（几行文字）。``result``：:func:`serving_results` 的整个字典（或 :func:`load_results` 的结果）。"""
+    _check_report_input(result)
     b = result["batching"]
     s, c = b["static"], b["continuous"]
     lines = [f"机器：{result['machine']}", f"负载：{b['workload']}",

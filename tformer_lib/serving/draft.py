@@ -65,6 +65,8 @@ def build_draft_checkpoint(path: str | os.PathLike | None = None, *, steps: int 
 
 def load_draft_model(path: str | os.PathLike | None = None):
     """读草稿检查点：``(model, tokenizer, checkpoint)``；并核对它的分词器与随书唐诗模型的相同（两者必须共用词表）。"""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path 应是检查点文件的路径（str 或 Path）或 None（随包的草稿），收到 {type(path).__name__} {path!r:.40}")
     model, tokenizer, ckpt = load_lm(path or SHIPPED_DRAFT)
     _, target_tokenizer, _ = load_poem_model()
     if tokenizer is None or tokenizer.to_dict() != target_tokenizer.to_dict():

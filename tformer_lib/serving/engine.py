@@ -28,6 +28,8 @@ from torch import nn
 
 from ..lm.generate import check_eos_id, next_token_distribution
 from ..specials import BOS, PAD
+from .._checks import flag
+from ._validate import check_model, check_suppress_ids
 from .paged_cache import PagedKVCache
 from .ragged import check_prompts
 
@@ -65,6 +67,9 @@ class Engine:
     def __init__(self, model: nn.Module, *, max_batch: int = 8, token_budget: int | None = None,
                  block_size: int = 16, num_blocks: int | None = None, prefix_caching: bool = True,
                  eos_id: int | None = None, suppress_ids: Sequence[int] = (PAD, BOS), min_prefill: int = 1):
+        check_model("model", model)
+        flag("prefix_caching", prefix_caching)
+        suppress_ids = check_suppress_ids(suppress_ids)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch 应为正整数，收到 {max_batch!r}")
         if isinstance(min_prefill, bool) or not isinstance(min_prefill, int) or not 1 <= min_prefill <= max_batch:
@@ -102,11 +107,29 @@ class Engine:
         if arrival is not None and not math.isfinite(arrival):
             raise ValueError(f"arrival 应是有限的时刻（秒），收到 {arrival!r}")
         request = Request(prompt, max_new_tokens, next(self._ids), time.perf_counter() if arrival is None else arrival)
-        if max_new_tokens == 0:
-            request.first_token_time = request.finish_time = request.arrival
+        if max_new_tokens == 0:  # 不生成词元：立即结束，没有“第一个词元”（TTFT 不计它）
+            request.finish_time = request.arrival
         else:
             self.waiting.append(request)
         return request
+
+    def _new_requests(self, requests) -> list[Request]:
+        """:meth:`run` 的 ``requests``：检查类型，去掉已经在这个引擎里的请求。"""
+        if requests is None:
+            return []
+        if isinstance(requests, Request) or not isinstance(requests, Sequence):
+            raise TypeError(f"requests 应是 Request 的列表或 None，收到 {type(requests).__name__}")
+        queued = [*self.waiting, *self.running.values()]
+        out = []
+        for i, r in enumerate(requests):
+            if not isinstance(r, Request):
+                raise TypeError(f"requests[{i}] 应是 Request（如 Request([2, 3], 5)），收到 {type(r).__name__} {r!r:.40}")
+            if any(r is q for q in queued) or any(r is q for q in out):
+                continue
+            if r.done or r.output:
+                raise ValueError(f"requests[{i}] 已经跑过（output={r.output!r:.40}）：请新建一个 Request")
+            out.append(r)
+        return out
 
     @property
     def has_work(self) -> bool:
@@ -196,7 +219,18 @@ class Engine:
         self.steps += 1
 
     def run(self, requests: Sequence[Request] | None = None) -> None:
-        """一直调度到没有等待与运行的请求（到达时间在未来的请求会等到那一刻）。"""
+        """一直调度到没有等待与运行的请求（到达时间在未来的请求会等到那一刻）。
+
+        ``requests``：另外要跑的 :class:`Request`（例如 ``Request([2, 3], 5)``），先按顺序排进队列，跑完后它们的
+        ``output`` 等字段就地填好；已由 :meth:`add_request` 提交的请求不会再排一次。未给 ``arrival``（0.0）的请求算作现在到达。
+        """
+        for request in self._new_requests(requests):
+            queued = self.add_request(request.prompt, request.max_new_tokens,
+                                      arrival=request.arrival if request.arrival else None)
+            request.prompt, request.request_id, request.arrival = queued.prompt, queued.request_id, queued.arrival
+            request.finish_time = queued.finish_time
+            if not queued.done:  # add_request 把它的副本排在队尾：换成调用方自己的对象
+                self.waiting[-1] = request
         while self.has_work:
             if not self.running and self.waiting and self.waiting[0].arrival > time.perf_counter():
                 time.sleep(max(0.0, self.waiting[0].arrival - time.perf_counter()))

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import torch
 
+from .._checks import flag
 from ..kv_cache import AttentionCache
 from ..lm.cache import LMCache
+from ._validate import check_model, non_negative_int
 
 __all__ = ["BlockManager", "PagedKVCache", "OutOfBlocksError"]
 
@@ -34,6 +36,7 @@ class BlockManager:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} 应为正整数，收到 {value!r}")
+        flag("prefix_caching", prefix_caching)
         self.num_blocks, self.block_size, self.prefix_caching = num_blocks, block_size, prefix_caching
         self.free_blocks = list(range(num_blocks - 1, -1, -1))  # 栈：pop() 取块号最小的
         self.ref_count = [0] * num_blocks
@@ -53,13 +56,23 @@ class BlockManager:
 
     def blocks_needed(self, n_tokens: int) -> int:
         """放下 ``n_tokens`` 个位置要几块。"""
+        n_tokens = non_negative_int("n_tokens", n_tokens)
         return -(-n_tokens // self.block_size)
 
     def can_allocate(self, n_tokens: int) -> bool:
         return self.blocks_needed(n_tokens) <= len(self.free_blocks)
 
+    def _table(self, seq_id: int) -> list[int]:
+        if seq_id not in self.tables:
+            raise KeyError(f"seq_id={seq_id!r} 没有登记（先 allocate，或它已经 free 了）；已登记的有 {sorted(self.tables)}")
+        return self.tables[seq_id]
+
     def slot(self, seq_id: int, position: int) -> int:
-        """序列 ``seq_id`` 的第 ``position`` 个位置在存储里的槽位号。"""
+        """序列 ``seq_id`` 的第 ``position`` 个位置在存储里的槽位号（``position`` 应落在已分配的块里）。"""
+        capacity = len(self._table(seq_id)) * self.block_size
+        if non_negative_int("position", position) >= capacity:
+            raise ValueError(f"position={position} 超出了序列 {seq_id} 已分配的 {capacity} 个位置"
+                             f"（{len(self.tables[seq_id])} 块 × {self.block_size}）")
         block = self.tables[seq_id][position // self.block_size]
         return block * self.block_size + position % self.block_size
 
@@ -78,6 +91,8 @@ class BlockManager:
         """
         if seq_id in self.tables:
             raise ValueError(f"seq_id={seq_id} 已经登记过")
+        if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__") or len(prompt) == 0:
+            raise ValueError(f"prompt 应是非空的词元 id 列表，收到 {prompt!r:.40}")
         table: list[int] = []
         reused = 0
         if self.prefix_caching:
@@ -119,8 +134,8 @@ class BlockManager:
 
     def append_slots(self, seq_id: int, n_tokens: int) -> list[int]:
         """序列要再写 ``n_tokens`` 个位置：需要时分配新块，返回这些位置的槽位号。"""
-        if seq_id not in self.tables:
-            raise KeyError(f"seq_id={seq_id} 没有登记（先 allocate，或它已经 free 了）")
+        self._table(seq_id)
+        non_negative_int("n_tokens", n_tokens)
         start = self.lengths[seq_id]
         missing = self.blocks_needed(start + n_tokens) - len(self.tables[seq_id])
         if missing > len(self.free_blocks):  # 先检查再分配：失败时不留下分了一半的块
@@ -216,7 +231,7 @@ class PagedKVCache:
     """按块存放的 K/V（所有层），配一个 :class:`BlockManager`。"""
 
     def __init__(self, model, num_blocks: int, block_size: int = 16, prefix_caching: bool = True):
-        c = model.config
+        c = check_model("model", model).config
         self.manager = BlockManager(num_blocks, block_size, prefix_caching)
         self.max_len = c.max_len
         dtype = next(model.parameters()).dtype
@@ -225,6 +240,18 @@ class PagedKVCache:
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.n_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.n_layers)]
         self.bytes_per_block = 2 * c.n_layers * block_size * c.kv_heads * c.d_k * self.k[0].element_size()
+
+    def _check_batch(self, seq_ids, n_new) -> None:
+        """``seq_ids`` 与 ``n_new`` 一样长、非空，每条序列都已登记，每条至少写 1 个新位置。"""
+        if not isinstance(seq_ids, (list, tuple)) or not isinstance(n_new, (list, tuple)) or not seq_ids:
+            raise ValueError(f"seq_ids 与 n_new 应是非空的列表，收到 {seq_ids!r:.40} 与 {n_new!r:.40}")
+        if len(seq_ids) != len(n_new):
+            raise ValueError(f"seq_ids 有 {len(seq_ids)} 条，n_new 有 {len(n_new)} 项：两者必须一样多")
+        for s in seq_ids:
+            self.manager._table(s)
+        for n in n_new:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"n_new 里每项应是正整数（这一步要写的新位置数），收到 {n!r}")
 
     def held_bytes(self) -> int:
         """此刻真正被占用的缓存字节数（已分配的块 × 每块字节）。"""
@@ -238,6 +265,7 @@ class PagedKVCache:
         因果掩码对每一行都不会多挡；真正的可见范围由 ``attn_mask`` ``(B, 1, T_new, T_k)`` 给出：
         第 b 行第 i 个新词元（位置 ``start_b + i``）只看见位置 ``≤ start_b + i`` 的键，填充处一律挡住。
         """
+        self._check_batch(seq_ids, n_new)
         m = self.manager
         if max(n_new) == 1:
             return self._decode_view(seq_ids)
@@ -295,6 +323,7 @@ class PagedKVCache:
         ``attn_mask`` 再要求“键与查询属于同一条序列”——两者相与，恰好是每条序列各自的因果注意力。
         真实引擎的变长注意力内核（varlen / paged attention）按块表直接读块，不必把这个 (N, T_k) 掩码造出来。
         """
+        self._check_batch(seq_ids, n_new)
         m = self.manager
         starts = [m.lengths[s] for s in seq_ids]
         write = [slot for s, n in zip(seq_ids, n_new) for slot in m.append_slots(s, n)]  # N 个新位置的槽位

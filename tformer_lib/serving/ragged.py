@@ -16,12 +16,14 @@ from torch import nn
 
 from ..lm.generate import check_eos_id, next_token_distribution
 from ..specials import BOS, PAD
+from ._validate import check_model, check_suppress_ids, non_negative_int
 
 __all__ = ["check_prompts", "left_pad", "greedy_batch"]
 
 
 def check_prompts(model: nn.Module, prompts, max_new_tokens) -> list[list[int]]:
     """检查一批提示与生成长度，返回 ``list[list[int]]``；不合法时给出点名参数的错误。"""
+    check_model("model", model)
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise ValueError(f"prompts 应是非空的提示列表（每条是 id 列表），收到 {type(prompts).__name__}")
     vocab, max_len = model.config.vocab_size, model.config.max_len
@@ -47,8 +49,22 @@ def check_prompts(model: nn.Module, prompts, max_new_tokens) -> list[list[int]]:
     return out
 
 
+def _check_left_pad(prompts, pad_id) -> list[list[int]]:
+    """:func:`left_pad` 的参数检查：非空的提示列表、每条是非空的整数 id 列表，``pad_id`` 是非负整数 id。"""
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
+        raise ValueError(f"prompts 应是非空的提示列表（每条是 id 列表），收到 {prompts!r:.60}")
+    for i, p in enumerate(prompts):
+        if isinstance(p, (str, bytes)) or not isinstance(p, Sequence) or len(p) == 0 or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in p
+        ):
+            raise ValueError(f"prompts[{i}] 应是非空的整数 id 列表，收到 {p!r:.60}")
+    non_negative_int("pad_id", pad_id)
+    return [list(p) for p in prompts]
+
+
 def left_pad(prompts: list[list[int]], pad_id: int = PAD) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """左侧填充：返回 ``tokens (B, T)``、``positions (B, T)``、``key_mask (B, T)``（True = 真实词元）。"""
+    prompts = _check_left_pad(prompts, pad_id)
     width = max(len(p) for p in prompts)
     pads = torch.tensor([width - len(p) for p in prompts])  # (B,)
     tokens = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])  # (B, T)
@@ -75,7 +91,10 @@ def greedy_batch(
     ``generate(model, prompt, n, method="greedy", eos_id=eos_id)`` 相同（测试核对）。
     """
     prompts = check_prompts(model, prompts, max_new_tokens)
+    suppress_ids = check_suppress_ids(suppress_ids)
     check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
+    if on_token is not None and not callable(on_token):
+        raise TypeError(f"on_token 应是可调用的 on_token(b, token) 或 None，收到 {type(on_token).__name__} {on_token!r:.40}")
     limits = list(max_new_tokens) if isinstance(max_new_tokens, Sequence) else [max_new_tokens] * len(prompts)
     device = next(model.parameters()).device
     tokens, positions, key_mask = (t.to(device) for t in left_pad(prompts))

@@ -142,6 +142,7 @@ def _cost(config, batch, new_tokens, context, bytes_per_element) -> dict:
 
 def prefill_cost(config: LMConfig, prompt_len: int, batch: int = 1, bytes_per_element: int = 4) -> dict:
     """一次预填充（``batch`` 条各 ``prompt_len`` 个词元）：FLOPs、字节（及各部分）与算术强度。"""
+    positive_int("prompt_len", prompt_len)
     return _cost(config, batch, prompt_len, prompt_len, bytes_per_element)
 
 

@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,7 +22,9 @@ import torch
 from torch import nn
 
 from ..lm.generate import check_eos_id, next_token_distribution
+from .._checks import positive_int
 from ..specials import BOS, PAD
+from ._validate import check_model, check_suppress_ids, non_negative_int
 
 __all__ = ["SpeculativeStats", "speculative_generate", "expected_tokens_per_pass", "expected_speedup",
            "layer_skip_draft"]
@@ -36,9 +40,19 @@ class SpeculativeStats:
     draft_passes: int = 0
     rejected: int = 0  # 有多少次验证在某个草稿词元处被拒（其后的草稿词元根本没被检验）
 
+    def __post_init__(self):
+        for name in ("proposed", "accepted", "target_passes", "draft_passes", "rejected"):
+            non_negative_int(name, getattr(self, name))
+        self._check_counts()
+
+    def _check_counts(self) -> None:
+        if self.accepted > self.proposed:
+            raise ValueError(f"accepted={self.accepted} 不能多于 proposed={self.proposed}：被接受的草稿词元都是提出过的")
+
     @property
     def acceptance_rate(self) -> float:
         """被接受的草稿词元 ÷ 提出的草稿词元。"""
+        self._check_counts()
         return self.accepted / self.proposed if self.proposed else 0.0
 
     @property
@@ -51,22 +65,33 @@ class SpeculativeStats:
         return self.accepted / tested if tested else 0.0
 
 
+def _probability(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        raise ValueError(f"{name} 应是 [0, 1] 内的数（概率），收到 {value!r}")
+    return float(value)
+
+
 def expected_tokens_per_pass(alpha: float, k: int) -> float:
     """接受率为 α、每次猜 k 个时，每次目标前向平均产出的词元数 :math:`(1-α^{k+1})/(1-α)`。"""
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha 应在 [0, 1] 内，收到 {alpha!r}")
+    _probability("alpha", alpha)
+    positive_int("k", k)
     return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
 def expected_speedup(alpha: float, k: int, cost_ratio: float) -> float:
     """相对只用目标模型的期望加速比；``cost_ratio`` = 草稿一步的开销 ÷ 目标一步的开销（c）。"""
-    if cost_ratio < 0:
-        raise ValueError(f"cost_ratio 应非负，收到 {cost_ratio!r}")
+    if isinstance(cost_ratio, bool) or not isinstance(cost_ratio, numbers.Real) or not (
+        math.isfinite(cost_ratio) and cost_ratio >= 0
+    ):
+        raise ValueError(f"cost_ratio 应是有限的非负数（草稿一步 ÷ 目标一步的开销），收到 {cost_ratio!r}")
     return expected_tokens_per_pass(alpha, k) / (k * cost_ratio + 1)
 
 
 def layer_skip_draft(model: nn.Module, n_layers: int) -> nn.Module:
     """用目标模型的前 ``n_layers`` 个块（加上它的末层归一化与输出层）当草稿：不用另训模型，权重与目标共享。"""
+    check_model("model", model)
+    if not isinstance(getattr(model, "blocks", None), nn.ModuleList):
+        raise TypeError(f"model 应是有 .blocks 的 DecoderOnlyLM，收到 {type(model).__name__}")
     total = len(model.blocks)
     if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers < total:
         raise ValueError(f"n_layers 应是 [1, {total - 1}] 内的整数（目标模型有 {total} 块），收到 {n_layers!r}")
@@ -100,6 +125,9 @@ def speculative_generate(
     suppress_ids: Sequence[int] = (PAD, BOS),
 ) -> tuple[list[int], SpeculativeStats]:
     """贪心推测解码一条提示，返回 ``(新词元, 统计)``；新词元与 ``generate(target, prompt, …, method="greedy")`` 相同。"""
+    check_model("target", target)
+    check_model("draft", draft)
+    suppress_ids = check_suppress_ids(suppress_ids)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k 应为正整数，收到 {k!r}")
     if target.config.vocab_size != draft.config.vocab_size:

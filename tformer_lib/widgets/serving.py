@@ -23,10 +23,32 @@ def _requests(requests) -> list[tuple[list[int], int]]:
             prompt, n_new = r if isinstance(r, tuple) and len(r) == 2 else (r.prompt, r.max_new_tokens)
         except (AttributeError, TypeError, ValueError) as exc:
             raise TypeError(f"requests[{i}] 应是 (提示 id 列表, max_new_tokens) 或 WorkItem，收到 {r!r:.60}") from exc
+        if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 1:
+            raise ValueError(f"requests[{i}] 的 max_new_tokens 应是正整数（不生成词元的请求不占槽位、也不占块），收到 {n_new!r}")
         out.append((list(prompt), n_new))
     if not out:
         raise ValueError("requests 为空")
     return out
+
+
+def _frames(max_frames) -> int:
+    if isinstance(max_frames, bool) or not isinstance(max_frames, int) or not 2 <= max_frames <= MAX_FRAMES:
+        raise ValueError(f"max_frames 应是 [2, {MAX_FRAMES}] 内的整数（至少留第一步与最后一步），收到 {max_frames!r}")
+    return max_frames
+
+
+def _max_batches(max_batches) -> list[int]:
+    if isinstance(max_batches, (str, bytes)) or not isinstance(max_batches, Sequence):
+        raise TypeError(f"max_batches 应是正整数的序列（如 (2, 4, 8)），收到 {type(max_batches).__name__}")
+    values = list(max_batches)
+    if not values or len(values) > MAX_FRAMES:
+        raise ValueError(f"max_batches 应有 1 到 {MAX_FRAMES} 个取值，收到 {values!r}")
+    for b in values:
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ValueError(f"max_batches 里每个取值应是正整数（同时运行的序列上限），收到 {b!r}")
+    if len(set(values)) != len(values):
+        raise ValueError(f"max_batches 里有重复的取值：{values}")
+    return values
 
 
 def _pick(n: int, limit: int) -> list[int]:
@@ -49,6 +71,7 @@ def block_table_states(model, requests, *, max_batch: int = 3, block_size: int =
     from tformer_lib.serving.engine import Engine
 
     work = _requests(requests)
+    max_frames = _frames(max_frames)
     if num_blocks is None:  # 刚好够 max_batch 条最长的请求同时运行：物理块的格子不至于多到看不清
         num_blocks = max_batch * max(-(-(len(p) + n) // block_size) for p, n in work)
     engine = Engine(model, max_batch=max_batch, block_size=block_size, num_blocks=num_blocks)
@@ -102,6 +125,7 @@ def slot_timelines(model, requests, max_batches: Sequence[int] = (2, 4, 8)) -> d
     from tformer_lib.serving.workload import WorkItem, run_continuous, run_static
 
     items = [WorkItem(tuple(p), n, 0.0) for p, n in _requests(requests)]
+    max_batches = _max_batches(max_batches)
     out = {}
     for max_batch in max_batches:
         static, _ = run_static(model, items, max_batch=max_batch)
@@ -117,9 +141,7 @@ def slot_timeline_explorer(model, requests, max_batches: Sequence[int] = (2, 4, 
     :func:`~tformer_lib.plotting.serving.plot_slot_timeline`。"""
     from tformer_lib.plotting.serving import plot_slot_timeline
 
-    max_batches = list(max_batches)
-    if not max_batches or len(max_batches) > MAX_FRAMES:
-        raise ValueError(f"max_batches 应有 1 到 {MAX_FRAMES} 个取值，收到 {max_batches!r}")
+    max_batches = _max_batches(max_batches)
     timelines = slot_timelines(model, requests, max_batches)
     value = max_batches[len(max_batches) // 2] if value is None else value
     if value not in max_batches:
