@@ -226,6 +226,8 @@ def test_numpy_integers_and_sets_still_accepted():
     bm = BlockManager(4, 2)
     assert bm.blocks_needed(np.int64(3)) == 2
     assert Engine(M, suppress_ids=[0, 1]).suppress_ids == (0, 1)
+    assert Engine(M, suppress_ids=torch.tensor([0, 1])).suppress_ids == (0, 1)
+    assert greedy_batch(M, [[2]], 2, suppress_ids=np.array([0, 1])) == greedy_batch(M, [[2]], 2)
     assert expected_tokens_per_pass(0.5, 2) == pytest.approx(1.75)
     assert expected_speedup(0.5, 2, 0.0) == pytest.approx(1.75)
     tokens, positions, mask = left_pad(((2, 3), (4,)))  # 元组的提示也行

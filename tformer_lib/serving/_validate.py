@@ -20,7 +20,9 @@ def check_model(name: str, model) -> nn.Module:
 
 
 def check_suppress_ids(suppress_ids, vocab_size: int | None = None) -> tuple[int, ...]:
-    """要求 ``suppress_ids`` 是整数 id 的序列（可以为空），例如 ``(PAD, BOS)``；返回元组。"""
+    """要求 ``suppress_ids`` 是整数 id 的序列（可以为空），例如 ``(PAD, BOS)``；返回元组。一维张量或数组也行。"""
+    if hasattr(suppress_ids, "tolist") and getattr(suppress_ids, "ndim", None) == 1:  # torch 张量、NumPy 数组
+        suppress_ids = suppress_ids.tolist()
     if isinstance(suppress_ids, (str, bytes)) or not isinstance(suppress_ids, (Sequence, set, frozenset)):
         raise TypeError(f"suppress_ids 应是整数 id 的序列（如 (PAD, BOS) 或 ()），收到 "
                         f"{type(suppress_ids).__name__} {suppress_ids!r:.40}")
