@@ -11,6 +11,7 @@ from tformer_lib import MultiHeadAttention, causal_mask
 from tformer_lib.feedforward import PositionwiseFeedForward
 from tformer_lib.parallel.demo import (
     WorkerPool,
+    demo_blocks,
     demo_data_parallel,
     demo_lm,
     demo_pipeline,
@@ -94,6 +95,13 @@ def test_bad_arguments():
         WorkerPool(2, timeout=-1)
     with pytest.raises(ValueError, match="名字不同"):
         max_param_diff({"a": torch.zeros(1)}, {"b": torch.zeros(1)})
+    with pytest.raises(ValueError, match="不能为空"):
+        max_param_diff({}, {})
+    with pytest.raises(ValueError, match="device='tpu'"):
+        WorkerPool(2, device="tpu")
+    for bad in ((0, 8), (-1, 8), (True, 8), (4, 0)):
+        with pytest.raises((TypeError, ValueError), match="n_blocks|length"):
+            demo_blocks(*bad)
 
 
 def test_throughput_results_file_says_where_it_was_measured():
@@ -103,7 +111,7 @@ def test_throughput_results_file_says_where_it_was_measured():
     assert {"command", "date", "cpu", "load_average", "torch"} <= set(r["produced_by"])
     assert len(r["rounds"]) == r["settings"]["rounds"] >= 3
     for one in r["rounds"]:
-        assert one["1x2"]["tokens_per_s"] > 0 and 0 < one["2x1"]["comm_share"] < 1
+        assert one["1x2"]["tokens_per_s"] > 0 and one["2x1_ddp"]["tokens_per_s"] > 0 and 0 < one["2x1"]["comm_share"] < 1
     with pytest.raises(FileNotFoundError, match="python -m tformer_lib.parallel.throughput"):
         load_throughput_results("/nonexistent/throughput.json")
 

@@ -85,6 +85,8 @@ class WorkerPool:
             raise ValueError(f"timeout 应是正的秒数，收到 {timeout!r}")
         import torch.multiprocessing as mp
 
+        if not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda"):
+            raise ValueError(f"device={device!r} 不受支持：WorkerPool 只演示 cpu（gloo）")
         backend = backend_for(device)
         if backend == "nccl":
             raise ValueError("WorkerPool 只演示 CPU（gloo）；GPU 上请用 launch(..., device='cuda')")
@@ -202,7 +204,11 @@ def demo_blocks(n_blocks: int = 32, length: int = 32) -> torch.Tensor:
     """随书唐诗训练集打包好的前 ``n_blocks`` 块，每块截成 ``length + 1`` 个字（输入与目标错开一位）。"""
     from ..lm import poem_data
 
+    positive_int("n_blocks", n_blocks)
+    positive_int("length", length)
     blocks = poem_data()["train_blocks"]
+    if n_blocks > blocks.shape[0] or length + 1 > blocks.shape[1]:
+        raise ValueError(f"n_blocks={n_blocks}、length={length} 超出了随书训练块的 {tuple(blocks.shape)}（每块 length + 1 个字）")
     return blocks[:n_blocks, : length + 1].clone()  # (n_blocks, length + 1)
 
 
@@ -219,6 +225,8 @@ def demo_lm(vocab_size: int, *, seed: int = 0, **overrides):
 
 def max_param_diff(a: dict, b: dict) -> float:
     """两组同名参数的最大绝对差（名字必须一一对应）。"""
+    if not a or not b:
+        raise ValueError("两组参数都不能为空")
     if sorted(a) != sorted(b):
         raise ValueError(f"两组参数的名字不同：只在一边的有 {sorted(set(a) ^ set(b))[:4]}")
     return max(float((a[k].detach().float() - b[k].detach().float()).abs().max()) for k in a)
