@@ -179,3 +179,21 @@ def test_every_string_in_the_plotting_modules_can_be_drawn():
                 if missing:
                     bad.setdefault(path.name, set()).update(missing)
     assert not bad, f"这些字符图中画不出来（换成字体里有的字符，或扩充字体子集）：{bad}"
+
+
+def test_missing_glyphs_closes_the_font_files():
+    """fontTools 的 lazy 读取会一直开着字体文件：读完 cmap 要关掉，否则垃圾回收时的 ResourceWarning 会让别的测试失败。"""
+    import gc
+    import warnings
+
+    from tformer_lib.plotting.fonts import _covered_codepoints
+
+    _covered_codepoints.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        assert missing_glyphs("注意力⏳") == ["⏳"]
+        gc.collect()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]

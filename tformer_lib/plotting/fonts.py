@@ -58,12 +58,14 @@ def register_cjk_font(set_rcparams: bool = True) -> str:
 def _covered_codepoints(include_fallback: bool) -> frozenset[int]:
     from fontTools.ttLib import TTFont
 
-    cps = set(TTFont(str(font_path()), lazy=True).getBestCmap())
+    with TTFont(str(font_path()), lazy=True) as font:  # lazy 会一直开着文件：读完就关，免得 ResourceWarning
+        cps = set(font.getBestCmap())
     if include_fallback:
         from matplotlib import font_manager
 
         dejavu = font_manager.findfont(font_manager.FontProperties(family=FALLBACK_FAMILY))
-        cps.update(TTFont(dejavu, lazy=True, fontNumber=0).getBestCmap())
+        with TTFont(dejavu, lazy=True, fontNumber=0) as font:
+            cps.update(font.getBestCmap())
     return frozenset(cps)
 
 
