@@ -357,7 +357,7 @@ def check_bubble_fraction(fn: Callable[..., Any], *, verbose: bool = True) -> Ch
             call = f"bubble(stages={p}, micro_batches={m})"
             compare_number(_call(f, banned, p, m), want,
                            what=f"{call} 的返回值", rtol=1e-6, atol=1e-9, variants=[
-                Variant("over_useful", "(p−1)/m 是气泡时间与有用计算时间之比（GPipe 论文的 O((p−1)/m)）；"
+                Variant("over_useful", "(p−1)/m 是气泡时间与有用计算时间之比（Narayanan 等人 2021 年给出的 (p−1)/m）；"
                         "这里问的是占整段时间的比例，分母是 m+p−1", (p - 1) / m),
                 Variant("denominator", "整段时间是 m+p−1 个“格”（每段忙 m 格、等 p−1 格），分母不是 m+p", (p - 1) / (m + p)),
                 Variant("one_over_m", "气泡随段数 p 变大：每段开头等 p−1 格、末尾也等 p−1 格", 1 / m),

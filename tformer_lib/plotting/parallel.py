@@ -109,8 +109,9 @@ def plot_pipeline_timeline(events, *, title: str | None = None, time_unit: str =
                Patch(color=_IDLE_COLOR, label="空闲（气泡）")]
     if title:
         fig.suptitle(title, fontsize=11)
-    if ax is None:  # 图例放在整张图的顶上（constrained 布局给它留出位置），不压住子图的标题
-        fig.legend(handles=handles, fontsize=7, loc="outside upper center", ncol=3, frameon=False)
+    if ax is None:  # 图例放在整张图之外（constrained 布局给它留出位置）：有总标题时放到底下，免得与总标题重叠
+        where = "outside lower center" if title else "outside upper center"
+        fig.legend(handles=handles, fontsize=7, loc=where, ncol=3, frameon=False)
     else:
         ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=3, framealpha=0.8)
     return fig
