@@ -65,8 +65,9 @@ def float_formats() -> dict[str, dict[str, float]]:
 def autocast(device_type: str | torch.device = "cpu", dtype: str = "bf16", enabled: bool = True):
     """``torch.autocast`` 的薄包装：``dtype`` 用名字（"bf16"/"fp16"），``"fp32"`` 或 ``enabled=False`` 时什么也不做。
 
-    在它里面，矩阵乘法等算子以 16 位计算；softmax、交叉熵、归一化等对精度敏感的算子 PyTorch 仍用 float32。
-    参数本身保持 float32。
+    在它里面，矩阵乘法等算子以 16 位计算；哪些算子升回 float32 由 PyTorch 的 autocast 算子表决定，CPU 与 CUDA
+    不同：CUDA 上 softmax、交叉熵、归一化等对精度敏感的算子用 float32；CPU 上交叉熵用 float32，而 softmax、
+    LayerNorm、GELU 的输出仍是 bfloat16（第 11 章打印了这张对照）。参数本身保持 float32。
     """
     dt = _dtype(dtype)
     device_type = torch.device(device_type).type

@@ -11,6 +11,8 @@ r"""剖析（profiling）一个训练步：时间花在哪些算子上，以及�
 
 from __future__ import annotations
 
+import os
+
 import statistics
 import time
 from collections.abc import Callable
@@ -32,6 +34,8 @@ def profile_step(step: Callable[[], object], row_limit: int = 10, warmup: int = 
     from torch.profiler import ProfilerActivity, profile
 
     positive_int("row_limit", row_limit)
+    # Kineto 默认往 stderr 打印 “USDT … profiler_start/stop” 之类的诊断行：笔记本里它们会混进输出（nbval 也比较 stderr）
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     for _ in range(warmup):
         step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -1,4 +1,4 @@
-"""第 11 章检查器的用例：参考答案和已知错误答案（章节与 solutions/11_solutions.ipynb 尚未写成，写成时与此一致）。"""
+"""第 11 章检查器的用例：参考答案（与 notebooks/solutions/11_solutions.ipynb 一致）和已知错误答案。"""
 
 import torch
 
