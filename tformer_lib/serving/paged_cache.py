@@ -315,7 +315,7 @@ class PagedKVCache:
 
     def packed_view(self, seq_ids: list[int], n_new: list[int]) -> tuple[LMCache, torch.Tensor, torch.Tensor, torch.Tensor]:
         """一步只做**一次**前向：第 b 条序列要写 ``n_new[b]`` 个新位置（解码 1 个，预填充整段提示），
-        所有新词元首尾相接排成一行 ``(1, N)``、``N = sum(n_new)``，既不补齐，解码与预填充也能同批（Orca 的做法）。
+        所有新词元首尾相接排成一行 ``(1, N)``、``N = sum(n_new)``，既不补齐，解码与预填充也能同批（与 Orca 一样把新词元拼成一行；Orca 的注意力按请求分开算，这里用同序列掩码）。
 
         返回 ``(cache, positions (1, N), attn_mask (1, 1, N, T_k), last (B,))``；``last[b]`` 是第 b 条最后一个新词元
         在这一行里的下标（取它的 logits 得到下一个词元）。收集出的键依次是各序列已缓存的位置（共 ``T_old`` 个），
