@@ -237,9 +237,13 @@ class PagedKVCache:
         dtype = next(model.parameters()).dtype
         device = next(model.parameters()).device
         shape = (num_blocks * block_size, c.kv_heads, c.d_k)  # (槽位, h_kv, d_k)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.n_layers)]
-        self.bytes_per_block = 2 * c.n_layers * block_size * c.kv_heads * c.d_k * self.k[0].element_size()
+        self.k = [self._new_store(shape, dtype, device) for _ in range(c.n_layers)]
+        self.v = [self._new_store(shape, dtype, device) for _ in range(c.n_layers)]
+        self.bytes_per_block = 2 * c.n_layers * self.k[0].nbytes // num_blocks  # K 与 V、每层、一块的字节
+
+    def _new_store(self, shape, dtype, device) -> torch.Tensor:
+        """一层的 K（或 V）存储 ``(槽位, h_kv, d_k)``。子类可以换成别的格式（int8 见 :mod:`tformer_lib.quant.kv_cache`）。"""
+        return torch.zeros(shape, dtype=dtype, device=device)
 
     def _check_batch(self, seq_ids, n_new) -> None:
         """``seq_ids`` 与 ``n_new`` 一样长、非空，每条序列都已登记，每条至少写 1 个新位置。"""
