@@ -1,0 +1,71 @@
+"""第 14 章（量化）的图：每种格式的字节与质量、大 GEMV 在屋顶线上的位置。
+
+纯函数：数据来自 ``python -m tformer_lib.quant.measure`` 的结果行（``rows``）与 ``benchmarks/quant_gemv.py``
+的结果字典，画图函数自己不计时、不跑模型。
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tformer_lib.plotting._common import new_figure
+from tformer_lib.plotting.roofline import plot_roofline
+
+__all__ = ["plot_quantization", "gemv_roofline_points", "plot_gemv_roofline"]
+
+_NEEDED = ("name", "weight_bytes", "kv_bytes_per_token", "perplexity", "form_accuracy", "form_accuracy_stderr")
+
+
+def _check_rows(rows) -> list[Mapping]:
+    if isinstance(rows, Mapping) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError(f"rows 应是非空的结果行列表（quantization.json 的 'rows'），收到 {type(rows).__name__}")
+    for i, row in enumerate(rows):
+        missing = [k for k in _NEEDED if not isinstance(row, Mapping) or k not in row]
+        if missing:
+            raise ValueError(f"rows[{i}] 缺少字段 {missing}")
+    return list(rows)
+
+
+def plot_quantization(rows: Sequence[Mapping], *, title: str | None = None):
+    """三栏：权重字节（MiB）、每词元 K/V 字节、质量（困惑度柱 + 体裁正确率 ±1 个标准误的点）。每行一种格式。"""
+    rows = _check_rows(rows)
+    names = [str(r["name"]) for r in rows]
+    y = np.arange(len(rows))
+    fig, axes = new_figure((10.5, 0.45 * len(rows) + 1.8), ncols=3)
+    ax_w, ax_kv, ax_q = axes[0]
+    ax_w.barh(y, [r["weight_bytes"] / 2**20 for r in rows], color="#1f77b4")
+    ax_w.set_xlabel("权重（MiB）")
+    ax_kv.barh(y, [r["kv_bytes_per_token"] for r in rows], color="#ff7f0e")
+    ax_kv.set_xlabel("K/V 缓存（字节 / 词元）")
+    ax_q.barh(y, [r["perplexity"] for r in rows], color="#cccccc", label="留出集困惑度（下轴）")
+    ax_q.set_xlabel("困惑度")
+    top = ax_q.twiny()
+    top.errorbar([r["form_accuracy"] for r in rows], y, xerr=[r["form_accuracy_stderr"] for r in rows],
+                 fmt="o", color="#d62728", label="体裁正确率 ±1 标准误（上轴）")
+    top.set_xlim(0, 1)
+    top.set_xlabel("体裁正确率（T = 0.8）")
+    for ax in (ax_w, ax_kv, ax_q):
+        ax.set_yticks(y, names if ax is ax_w else [""] * len(rows))
+        ax.invert_yaxis()
+        ax.grid(alpha=0.3, axis="x")
+    fig.suptitle(title or "量化的代价：字节与质量（随书唐诗模型）")
+    return fig
+
+
+def gemv_roofline_points(result: Mapping) -> tuple[dict[str, float], dict[str, float]]:
+    """从 GEMV 基准结果取出 ``({做法: 算术强度}, {做法: 实测 FLOP/s})``，交给 :func:`plot_roofline`。"""
+    if not isinstance(result, Mapping) or not isinstance(result.get("variants"), Mapping) or not result["variants"]:
+        raise ValueError("result 应是 benchmarks/quant_gemv.py 的结果字典（含非空的 'variants'）")
+    points = {name: float(v["intensity_flop_per_byte"]) for name, v in result["variants"].items()}
+    measured = {name: float(v["achieved_flops"]) for name, v in result["variants"].items()}
+    return points, measured
+
+
+def plot_gemv_roofline(result: Mapping, *, title: str | None = None):
+    """大 GEMV 的各种做法放在屋顶线上：实心点是屋顶（按各自必须搬动的字节），空心点是实测 FLOP/s。"""
+    points, measured = gemv_roofline_points(result)
+    n = result.get("n", "?")
+    return plot_roofline(points, float(result["peak_flops"]), float(result["bandwidth"]), measured=measured,
+                         title=title or f"{n}×{n} 的矩阵–向量乘：字节少了，屋顶才高")
