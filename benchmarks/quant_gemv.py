@@ -7,15 +7,15 @@
 - **int8 eager**（:class:`~tformer_lib.quant.Int8Linear` 的前向）：先把整块 int8 权重转成 fp32（读 1 字节、写 4 字节），
   再做 fp32 的 GEMV（再读 4 字节）——比 fp32 读写得还多，所以更慢；
 - **int8 compiled**：``torch.compile`` 之后，Inductor 能否把转换融进乘法里、只读 int8（实测见结果）；
-- **int8 fused kernel**：PyTorch 自带的 CPU 内核 ``torch._weight_int8pack_mm``（torchao 与 gpt-fast 在 CPU 上用的就是它），
-  边读 int8 边乘。
+- **int8 fused kernel**：PyTorch 自带的 CPU 内核 ``torch._weight_int8pack_mm``（gpt-fast 在 CPU 上用的就是它），
+  边读 int8 边乘；分别给它 fp32 与 bf16 的 x（它对两种输入的实现快慢不同，实测见结果）。
 
 同一次运行里交替计时（:func:`tformer_lib.benchmarking.interleaved_samples`），报告中位数与四分位范围；带宽用
 :func:`tformer_lib.serving.roofline.measure_memory_bandwidth` 在同一次运行里测（开始与结束各一次），每种做法的
 “屋顶线时间” = 它必须读写的字节 ÷ 带宽。所有做法的输出与反量化权重的矩阵乘法核对一致。
 
 用法：``python benchmarks/quant_gemv.py [--n 8192] [--threads 1] [--rounds 15] [--out tformer_lib/results/quant_gemv.json]``
-最后一行：``int8 fused/fp32 = X×, int8 compiled/fp32 = Y×, int8 eager/fp32 = Z×, bf16/fp32 = W×``（时间之比，小于 1 即更快）。
+最后一行：每种做法与 fp32 的时间之比（逐轮相除的中位数，小于 1 即更快）。
 """
 
 from __future__ import annotations
@@ -49,14 +49,17 @@ def run(n: int, rounds: int, compile_: bool = True) -> dict:
     int8 = Int8Linear.from_linear(linear)
     x32 = torch.randn(1, n)
     x16 = x32.to(torch.bfloat16)
+    scale16 = int8.scale.to(torch.bfloat16)  # bf16 输入时内核要求比例因子也是 bf16
 
     variants = {
         "fp32": lambda: F.linear(x32, w32),
         "bf16": lambda: F.linear(x16, w16),
         "int8 eager": lambda: int8(x32),
-        "int8 fused": lambda: torch._weight_int8pack_mm(x32, int8.weight, int8.scale),
+        "int8 fused (fp32 x)": lambda: torch._weight_int8pack_mm(x32, int8.weight, int8.scale),
+        "int8 fused (bf16 x)": lambda: torch._weight_int8pack_mm(x16, int8.weight, scale16),
     }
-    weight_format = {"fp32": "fp32", "bf16": "bf16", "int8 eager": "int8", "int8 fused": "int8"}
+    weight_format = {"fp32": "fp32", "bf16": "bf16", "int8 eager": "int8", "int8 fused (fp32 x)": "int8",
+                     "int8 fused (bf16 x)": "int8"}
     compile_seconds = {}
     if compile_:
         for name, fn in (("fp32 compiled", lambda x: F.linear(x, w32)), ("int8 compiled", int8)):
@@ -84,8 +87,10 @@ def run(n: int, rounds: int, compile_: bool = True) -> dict:
     rows = {}
     for name, s in samples.items():
         fmt = weight_format[name]
-        x_bytes = n * (2 if fmt == "bf16" else 4)
+        x_bytes = n * (2 if "bf16" in name else 4)
         moved = linear_weight_bytes(n, n, fmt) + 2 * x_bytes  # 权重（+比例因子）读一遍，x 读一遍，y 写一遍
+        if name == "int8 fused (bf16 x)":
+            moved -= 2 * n  # 比例因子是 bf16（2 字节）而不是 float32
         if name == "int8 eager":
             moved += 2 * 4 * n * n  # 先写出一份 fp32 权重，GEMV 再把它读一遍
         med = statistics.median(s)
@@ -122,7 +127,7 @@ def main(argv=None) -> dict:
     print(f"n={args.n}，线程 {args.threads}，实测带宽 {bw / 1e9:.1f} GB/s（前 {result['bandwidth_before'] / 1e9:.1f}、"
           f"后 {result['bandwidth_after'] / 1e9:.1f}），矩阵乘峰值 {result['peak_flops'] / 1e9:.1f} GFLOP/s")
     for name, r in result["variants"].items():
-        print(f"{name:<14} 中位数 {r['median_s'] * 1e3:8.2f} ms  [{r['q1_s'] * 1e3:.2f}, {r['q3_s'] * 1e3:.2f}]  "
+        print(f"{name:<20} 中位数 {r['median_s'] * 1e3:8.2f} ms  [{r['q1_s'] * 1e3:.2f}, {r['q3_s'] * 1e3:.2f}]  "
               f"搬 {r['bytes_moved'] / 2**20:7.1f} MiB  {r['achieved_bandwidth'] / 1e9:5.1f} GB/s  "
               f"屋顶线的 {r['fraction_of_roofline']:.0%}  相对误差 {r['relative_error_vs_reference']:.1e}")
     if result["compile_seconds"]:
@@ -133,7 +138,8 @@ def main(argv=None) -> dict:
         save_results(result, args.out)
         print(f"写入 {args.out}")
     ratio = result["time_ratio_vs_fp32"]
-    parts = [f"{k}/fp32 = {ratio[k]['median']:.2f}×" for k in ("int8 fused", "int8 compiled", "int8 eager", "bf16") if k in ratio]
+    keys = ("int8 fused (bf16 x)", "int8 fused (fp32 x)", "int8 compiled", "int8 eager", "bf16")
+    parts = [f"{k}/fp32 = {ratio[k]['median']:.2f}×" for k in keys if k in ratio]
     print(", ".join(parts))
     return result
 
