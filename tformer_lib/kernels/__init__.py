@@ -12,7 +12,7 @@
    按查询并行的内核只剩 ``B·h`` 个程序实例，沿键切段才能把 GPU 填满；合并各段又恰好是在线 softmax 的修正因子。
 
 IO 的账：:mod:`.io_count` 从内核自己的 ``tl.load``/``tl.store`` 数出显存读写字节，:mod:`.io_bytes`
-给出同样的数的闭式公式（纯 Python）。
+给出同样的数的闭式公式（纯 Python）。:func:`kernel_error_table`（:mod:`.report`）列出每个内核与 PyTorch 的最大误差。
 
 ``import tformer_lib`` 从不导入 triton；本包也只在第一次用到某个内核时才导入它（惰性导入），
 所以 :mod:`.io_bytes` 的公式在没装 triton 的机器上也能用。没装 triton 时访问内核会得到 ``ImportError``，
@@ -44,6 +44,7 @@ _LAZY = {
     "naive_attention": "naive",
     "flash_decoding": "decoding", "decoding_reference": "decoding",
     "count_hbm_bytes": "io_count", "HBMTraffic": "io_count",
+    "kernel_error_table": "report",
 }
 
 __all__ = ["attention_io_bytes", "flash_attention_io_bytes", "flash_decoding_io_bytes", "matmul_io_bytes",
