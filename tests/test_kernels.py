@@ -189,6 +189,19 @@ def test_kernel_error_table_covers_every_kernel_within_float32_rounding():
     assert rows[0]["max_abs_error"] == 0  # 加法是逐元素的一次舍入，与 PyTorch 完全相同
 
 
+def test_half_precision_inputs_accumulate_in_float32():
+    q, k, v = (torch.randn(1, 1, 21, 8) for _ in range(3))
+    out = flash_attention(q.half(), k.half(), v.half(), causal=True, block_m=16, block_n=16)
+    reference = F.scaled_dot_product_attention(q.half().float(), k.half().float(), v.half().float(), is_causal=True)
+    assert out.dtype == torch.float16 and (out.float() - reference).abs().max() < 2e-3
+    lengths = torch.tensor([13])
+    decoded = flash_decoding(q[:, :, 0].bfloat16(), k.bfloat16(), v.bfloat16(), lengths, split_size=16, block_n=8)
+    expected = decoding_reference(q[:, :, 0].bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), lengths)
+    assert decoded.dtype == torch.bfloat16 and (decoded.float() - expected).abs().max() < 1e-2
+    with pytest.raises(TypeError, match="tl.dot 算不对 bfloat16"):
+        flash_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
+
+
 # ---------------------------------------------------------------- 坏输入与环境
 
 
@@ -215,6 +228,13 @@ def test_bad_inputs_get_clear_errors():
         flash_decoding(q[:, :, 0], q, q, torch.tensor([3]), split_size=16, block_n=32)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         _runtime.check_tensors(lambda: None, ("x", x))  # 编译版内核（不是解释器）拿到 CPU 张量
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="有 GPU 时不替用户打开解释器")
+def test_without_a_gpu_load_triton_turns_the_interpreter_on(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")  # 结束后 monkeypatch 恢复成 "1"
+    _runtime.load_triton()
+    assert os.environ["TRITON_INTERPRET"] == "1"
 
 
 def test_missing_triton_names_the_extra(monkeypatch):

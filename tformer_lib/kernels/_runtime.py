@@ -46,8 +46,13 @@ def is_interpreted(kernel) -> bool:
     return isinstance(kernel, InterpretedFunction)
 
 
-def check_tensors(kernel, *named: tuple[str, torch.Tensor], dtypes=(torch.float32, torch.float16, torch.bfloat16)):
-    """要求几个张量类型正确、dtype 相同且在 ``dtypes`` 之内、在同一设备上；CPU 张量要求解释器。"""
+def check_tensors(kernel, *named: tuple[str, torch.Tensor], dtypes=(torch.float32, torch.float16, torch.bfloat16),
+                  uses_dot: bool = False):
+    """要求几个张量类型正确、dtype 相同且在 ``dtypes`` 之内、在同一设备上；CPU 张量要求解释器。
+
+    ``uses_dot=True``（内核里有 ``tl.dot``）时，解释器里不接受 bfloat16：triton 3.9 的解释器用 NumPy 做
+    ``tl.dot``，而 NumPy 没有 bfloat16，乘出来的数是错的（实测误差 1e8 量级）；GPU 上没有这个问题。
+    """
     (first, x), *_ = named
     for name, y in named:
         if not isinstance(y, torch.Tensor):
@@ -61,6 +66,9 @@ def check_tensors(kernel, *named: tuple[str, torch.Tensor], dtypes=(torch.float3
             raise ValueError(f"{first} 在 {x.device} 上，{name} 在 {y.device} 上：内核的输入必须在同一设备上")
     if x.device.type == "cpu" and not is_interpreted(kernel):
         raise RuntimeError(f"{INTERPRET_HINT}；当前 TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')!r}")
+    if uses_dot and x.dtype == torch.bfloat16 and is_interpreted(kernel):
+        raise TypeError(f"{first} 是 bfloat16：Triton 解释器里的 tl.dot 算不对 bfloat16（NumPy 没有这个类型）；"
+                        "在 CPU 上请用 float32 或 float16，bfloat16 请在 GPU 上运行")
 
 
 def block_size(name: str, value, minimum: int = 1) -> int:

@@ -103,7 +103,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     ``key_lengths``：``(B,)`` 整数，第 b 条序列只有前 ``key_lengths[b]`` 个键有效（填充掩码）。
     块大小是 2 的幂且至少 16；T、d 都不必是块大小的倍数。
     """
-    check_tensors(_flash_forward_kernel, ("q", q), ("k", k), ("v", v))
+    check_tensors(_flash_forward_kernel, ("q", q), ("k", k), ("v", v), uses_dot=True)
     attention_inputs(q, k, v)
     flag("causal", causal)
     block_size("block_m", block_m, minimum=16)

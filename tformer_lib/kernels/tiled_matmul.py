@@ -52,7 +52,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 32, block_n: int 
 
     块大小是 2 的幂且至少 16（``tl.dot`` 的要求）；M、N、K 不必是块大小的倍数。
     """
-    check_tensors(_matmul_kernel, ("a", a), ("b", b))
+    check_tensors(_matmul_kernel, ("a", a), ("b", b), uses_dot=True)
     for name, value in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         block_size(name, value, minimum=16)
     if a.dim() not in (2, 3) or b.dim() != a.dim():
