@@ -4,7 +4,7 @@
 data / quality → training → pretrained → cli。
 """
 
-from .cache import LMCache
+from .cache import LMCache, lm_kv_cache_bytes_per_token
 from .config import LMConfig
 from .model import DecoderOnlyBlock, DecoderOnlyLM, make_lm
 from .generate import filter_top_k, filter_top_p, generate, next_token_distribution

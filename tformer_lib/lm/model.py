@@ -75,7 +75,12 @@ class DecoderOnlyLM(nn.Module):
             self.lm_head.weight = self.tok_embed.weight  # 权重共享：输出层 = 词嵌入矩阵的转置
 
     def _init_parameters(self) -> None:
-        """GPT-2 的初始化：权重 N(0, 0.02²)，偏置为 0；写回残差流的 ``w_o``、``w_2`` 再除以 √(2N)。"""
+        """GPT-2 的初始化：权重 N(0, 0.02²)，偏置为 0；写回残差流的 ``w_o``、``w_2`` 再除以 √(2N)。
+
+        在 meta 设备上（``with torch.device("meta")``，只有形状、没有数值）跳过：那里没有数可写，
+        而 meta 张量上的 ``normal_`` 每次要走一遍 Python 的参考实现，70B 的模型要多花好几秒。"""
+        if self.tok_embed.weight.is_meta:
+            return
         for name, module in self.named_modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 std = 0.02 / math.sqrt(2 * self.config.n_layers) if name.endswith(("w_o", "w_2")) else 0.02
