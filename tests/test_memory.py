@@ -90,13 +90,15 @@ def test_activation_formula_for_every_block_variant(fast, norm, activation, posi
     assert measure_activation_bytes(model, tokens, targets) == lm_activation_bytes(config, *size)["total"]
 
 
-@pytest.mark.parametrize("fast,activation,positional", [(False, "swiglu", "rope"), (True, "swiglu", "rope"),
-                                                        (False, "gelu", "learned"), (True, "relu", "none")])
+@pytest.mark.parametrize("fast,activation,positional,qkv_bias", [
+    (False, "swiglu", "rope", False), (True, "swiglu", "rope", True), (False, "gelu_tanh", "learned", True),
+    (True, "relu", "none", False)])
 @pytest.mark.parametrize("n_kv_heads", [1, 2])
-def test_activation_formula_covers_grouped_query_attention(fast, activation, positional, n_kv_heads):
-    # GQA 把 K/V 头复制给查询头后再打分：保存的张量与普通 MHA 一样多，公式不变
+def test_activation_formula_covers_grouped_query_attention(fast, activation, positional, qkv_bias, n_kv_heads):
+    # GQA 把 K/V 头复制给查询头后再打分：保存的张量与普通 MHA 一样多，公式不变；有无偏置也不改变保存的张量
     config = LMConfig(50, d_model=24, n_heads=4, n_kv_heads=n_kv_heads, n_layers=2, d_ff=40, max_len=16, norm="rms",
-                      fast_attention=fast, activation=activation, positional=positional, tie_embeddings=False)
+                      fast_attention=fast, activation=activation, positional=positional, tie_embeddings=False,
+                      qkv_bias=qkv_bias, out_bias=False, ffn_bias=False, norm_eps=1e-6)
     model = make_lm(config).train()
     tokens, targets = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 7))
     assert measure_activation_bytes(model, tokens, targets) == lm_activation_bytes(config, 3, 7)["total"]
