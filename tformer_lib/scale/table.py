@@ -36,7 +36,9 @@ def _cell(key: str, value) -> str:
     if isinstance(value, bool):
         return "是" if value else "否"
     if key.endswith("_bytes") or key.endswith("_bytes_per_gpu"):
-        return f"{value / GB:,.3g} GB" if value >= 0.01 * GB else f"{value:,.0f} B"
+        if value < 0.01 * GB:
+            return f"{value:,.0f} B"
+        return f"{value / GB:,.3g} GB" if value < 1000 * GB else f"{value / GB:,.0f} GB"
     if key.endswith("_flops"):
         return f"{value:.3g}"
     if isinstance(value, float):
