@@ -214,6 +214,31 @@ def test_poem_tokenizer_json_round_trips_text(poem_dir):
     assert raw.get_vocab_size() == tokenizer.vocab_size
 
 
+def test_other_tokenizer_json_is_wrapped_with_the_model_special_ids(hf_dirs, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from tformer_lib.lm.hf_tokenizer import HFTokenizer
+
+    words = ["<pad>", "<bos>", "<eos>", "<unk>", "the", "cat", "dog", "sat", "on", "mat", "log"]
+    words_tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    words_tok.pre_tokenizer = pre_tokenizers.Whitespace()  # 按空格分词的词级模型：不是我们的逐字符格式
+    path = edited(hf_dirs, tmp_path, "llama", eos_token_id=[2, 5])  # LLaMA-3 式：几个结束词元，取第一个
+    (path / "tokenizer.json").write_text(words_tok.to_str())
+    model, tok = load_hf(path)
+    assert isinstance(tok, HFTokenizer) and (tok.bos_id, tok.eos_id, tok.vocab_size) == (1, 2, len(words))
+    text = "the cat sat on the log"
+    ids = tok.encode(text, add_bos=True)
+    assert ids == [1, 4, 5, 7, 8, 4, 10] and tok.decode(ids) == text
+    assert tok.decode(ids + [2] + ids[1:]) == text  # 遇 eos_id 停
+    save_hf(model, tmp_path / "again", tokenizer=tok)  # 原样写回
+    assert (tmp_path / "again" / "tokenizer.json").read_text() == words_tok.to_str()
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["eos_token_id"] == 2
+    big = Tokenizer(models.WordLevel({f"w{i}": i for i in range(V + 1)}, unk_token="w3"))
+    (path / "tokenizer.json").write_text(big.to_str())
+    with pytest.raises(ValueError, match="vocab_size"):
+        load_hf(path)
+
+
 def test_dtype_follows_the_checkpoint_unless_given(hf_dirs, tmp_path):
     path = hf_dirs["qwen2"][0]
     assert load_hf(path).model.tok_embed.weight.dtype == torch.float32

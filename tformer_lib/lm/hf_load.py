@@ -207,7 +207,7 @@ def load_hf(path: str | os.PathLike, dtype=None, *, max_len: int | None = None) 
     if config.tie_embeddings:
         head = state.pop("lm_head.weight", None)  # 共享时 HF 通常不存它；存了就必须与词嵌入相同
         if head is not None and not torch.equal(head, state["tok_embed.weight"]):
-            raise _refuse("tie_word_embeddings", True, "但 lm_head.weight 与词嵌入不同")
+            raise UnsupportedHFConfig("tie_word_embeddings=True，但权重里的 lm_head.weight 与词嵌入不同：不能共享")
     elif "lm_head.weight" not in state:
         raise UnsupportedHFConfig("tie_word_embeddings=False，但权重里没有 lm_head.weight")
     with torch.device("meta"):  # 先在 meta 设备上搭架子：不分配、不初始化，权重直接换成读到的张量
@@ -227,5 +227,8 @@ def load_hf(path: str | os.PathLike, dtype=None, *, max_len: int | None = None) 
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise RuntimeError(f"这些张量没有从检查点读到：{left[:8]}")
-    return HFModel(model.eval(), read_tokenizer_dir(path, hf))
+    tokenizer = read_tokenizer_dir(path, hf)
+    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"{path / 'tokenizer.json'} 的词表有 {tokenizer.vocab_size} 个词元，比模型的 vocab_size={config.vocab_size} 多")
+    return HFModel(model.eval(), tokenizer)
 

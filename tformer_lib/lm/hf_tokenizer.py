@@ -66,11 +66,12 @@ class HFTokenizer:
         return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
 
     def decode(self, ids, stop_at_eos: bool = True) -> str:
-        """id → 文本；默认遇 ``eos_id`` 停，特殊词元不显示。"""
+        """id → 文本；默认遇 ``eos_id`` 停；BOS、PAD 与标成特殊的词元不显示（与本书的分词器相同）。"""
         ids = id_list(ids, self.vocab_size)
         if stop_at_eos and self.eos_id is not None and self.eos_id in ids:
             ids = ids[: ids.index(self.eos_id)]
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        hidden = {self.bos_id, self.pad_id} - {None}
+        return self.tokenizer.decode([i for i in ids if i not in hidden], skip_special_tokens=True)
 
     def to_json(self) -> str:
         return self.tokenizer.to_str()
