@@ -23,6 +23,7 @@ from tformer_lib.serving.openai_api import MAX_BODY_BYTES  # noqa: E402
 from tformer_lib.specials import EOS  # noqa: E402
 
 NAME = "poem-test"
+SERVED = {}  # 夹具里建的应用：测试可以看它的引擎
 PROMPTS = ["五言绝句《春晓》", "七言绝句《送别》", "五言律诗《山居》", "七言律诗《秋兴》"]
 
 
@@ -30,6 +31,7 @@ PROMPTS = ["五言绝句《春晓》", "七言绝句《送别》", "五言律诗
 def served():
     model, tokenizer, _ = load_poem_model()
     app = create_app(model, tokenizer, model_name=NAME, max_batch=8, eos_id=EOS, body_timeout=2.0)
+    SERVED["app"] = app
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -218,6 +220,29 @@ def test_32_concurrent_clients_each_get_their_own_greedy_result(served):
         t.join(timeout=120)
     assert not errors and not any(t.is_alive() for t in threads)
     assert results == [_greedy(model, tokenizer, p, n)[0] for p, n in zip(prompts, lengths)]
+
+
+def test_a_client_that_hangs_up_mid_stream_frees_its_sequence(served):
+    """流式读了两块就断开：服务取消这个请求，引擎里不再有运行中的序列（块都还回去了）。"""
+    _, port, *_ = served
+    engine = SERVED["app"].state.worker.engine
+    free_before, steps_before = len(engine.cache.manager.free_blocks), engine.steps
+    # 七言律诗：贪心生成 48 个字后才出 EOS
+    body = json.dumps({"model": NAME, "prompt": PROMPTS[3], "max_tokens": 100, "temperature": 0, "stream": True})
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body.encode())}\r\n\r\n{body}".encode())
+        got = b""
+        while got.count(b"data: ") < 2:
+            chunk = sock.recv(4096)
+            assert chunk, got.decode()
+            got += chunk
+    deadline = time.time() + 20
+    while (engine.running or engine.waiting) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not engine.running and not engine.waiting
+    assert len(engine.cache.manager.free_blocks) == free_before
+    assert engine.steps - steps_before < 30  # 没有取消的话要跑到 EOS：49 步（每步一个词元）
 
 
 # ---------------------------------------------------------------- 原始 HTTP 的坏请求体
