@@ -1,7 +1,8 @@
 """仅解码器语言模型（第 9–10 章）：配置、模型、K/V 缓存、生成、训练、质量度量与随书检查点。
 
 层次（只向下依赖）：config → cache → model（由 MultiHeadAttention、FFN、ResidualNorm 搭成）→ generate →
-data / quality → training → pretrained → cli。
+data / quality → training → pretrained → cli；Hugging Face 互通（hf_weights、hf_tokenizer → hf_load、hf_save）
+只依赖 config 与 model，``safetensors`` 在读写时才导入。
 """
 
 from .cache import LMCache
@@ -21,3 +22,5 @@ from .quality import (
 )
 from .training import LMTrainer, WarmupCosine, load_lm, make_adamw, save_lm_checkpoint
 from .pretrained import POEM_RECIPE, load_poem_model, poem_data, train_poem_model
+from .hf_load import HFModel, UnsupportedHFConfig, load_hf
+from .hf_save import save_hf

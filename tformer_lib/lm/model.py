@@ -31,11 +31,11 @@ class DecoderOnlyBlock(nn.Module):
         c = config
         self.self_attn = MultiHeadAttention(
             c.d_model, c.n_heads, c.dropout, fast=c.fast_attention, n_kv_heads=c.n_kv_heads,
-            rope=c.positional == "rope", rope_base=c.rope_base,
+            rope=c.positional == "rope", rope_base=c.rope_base, qkv_bias=c.qkv_bias, out_bias=c.out_bias,
         )
-        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation)
-        self.residual_attn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm)
-        self.residual_ffn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm)
+        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation, bias=c.ffn_bias)
+        self.residual_attn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
+        self.residual_ffn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
 
     def forward(self, x, mask, cache=None, positions=None) -> torch.Tensor:
         x = self.residual_attn(x, lambda h: self.self_attn(h, h, h, mask, cache, positions))  # (B, T, d_model)
@@ -67,7 +67,7 @@ class DecoderOnlyLM(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList([DecoderOnlyBlock(c) for _ in range(c.n_layers)])
         # pre-LN 的残差流从不经过归一化，所以末尾要再归一化一次；post-LN 每块已归一化
-        self.norm = make_norm(c.norm, c.d_model) if c.norm_first else nn.Identity()
+        self.norm = make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_first else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self._init_parameters()
         self.activation_checkpointing = False  # 见 set_activation_checkpointing
