@@ -324,3 +324,10 @@ def test_text_stream_holds_back_partial_characters_and_stop_prefixes():
     assert other.push(2) == "" and other.stopped and other.text == "春不春"
     last = TextStream(decode, stop=["不觉"])
     assert [last.push(t) for t in (5, 8)] == ["春", ""] and last.finish() == "不" and not last.stopped
+
+
+def test_text_stream_stops_at_any_of_several_end_tokens():
+    """LLaMA-3 之类的模型有几个结束词元：任何一个都让回复停下，且不进文字。"""
+    stream = TextStream(lambda ids: "".join(chr(0x4e00 + i) for i in ids), eos_id=[2, 9])
+    assert stream.push(5) == chr(0x4e05) and not stream.stopped
+    assert stream.push(9) == "" and stream.stopped and stream.tokens == [5, 9]

@@ -49,18 +49,20 @@ def register_serve_command(sub) -> None:
 
 
 def load_served_model(path: str | os.PathLike | None):
-    """按路径读要服务的模型：``(model, tokenizer, 默认模型名, eos_id, suppress_ids)``。
+    """按路径读要服务的模型：``(model, tokenizer, 默认模型名, eos_ids, suppress_ids)``。
 
-    ``None`` → 随书唐诗模型；含 ``config.json`` 的目录 → Hugging Face 模型（:func:`tformer_lib.lm.load_hf`）；
-    文件 → 本库的检查点（:func:`tformer_lib.lm.training.load_lm`）。
+    ``None`` → 随书唐诗模型；含 ``config.json`` 的目录 → Hugging Face 模型（:func:`tformer_lib.lm.load_hf`，
+    结束词元取自 ``generation_config.json``/``config.json``，可以有几个；不屏蔽任何词元，与 ``transformers`` 相同，
+    除非目录里是本书的字符分词器）；文件 → 本库的检查点（:func:`tformer_lib.lm.training.load_lm`）。
     """
     from ..specials import BOS, EOS, PAD
+    from ..text import CharTokenizer
 
     if path is None:
         from ..lm.pretrained import load_poem_model
 
         model, tokenizer, _ = load_poem_model()
-        return model, tokenizer, POEM_MODEL_NAME, EOS, (PAD, BOS)
+        return model, tokenizer, POEM_MODEL_NAME, (EOS,), (PAD, BOS)
     p = Path(path)
     name = p.resolve().name
     if p.is_dir():
@@ -69,28 +71,28 @@ def load_served_model(path: str | os.PathLike | None):
         from ..lm import load_hf
 
         model, tokenizer = load_hf(p)
-        return model, tokenizer, name, _hf_eos_id(p), ()
+        ours = isinstance(tokenizer, CharTokenizer)  # save_hf 写出的随书模型：与本库的检查点一样屏蔽 PAD/BOS
+        return model, tokenizer, name, _hf_eos_ids(p), (PAD, BOS) if ours else ()
     if not p.exists():
         raise ValueError(f"--model 路径 {str(p)!r} 不存在（应是检查点文件或 Hugging Face 模型目录）")
     from ..lm.training import load_lm
 
     model, tokenizer, _ = load_lm(p)
-    return model, tokenizer, name, EOS, (PAD, BOS)
+    return model, tokenizer, name, (EOS,), (PAD, BOS)
 
 
-def _hf_eos_id(directory: Path) -> int | None:
-    """Hugging Face 目录的结束词元：``generation_config.json`` 优先，其次 ``config.json``；是列表时取第一个。"""
+def _hf_eos_ids(directory: Path) -> tuple[int, ...]:
+    """Hugging Face 目录的结束词元：``generation_config.json`` 优先，其次 ``config.json``；可以是一个或一列 id。"""
     import json
 
     for file in ("generation_config.json", "config.json"):
         f = directory / file
         if f.is_file():
             eos = json.loads(f.read_text(encoding="utf-8")).get("eos_token_id")
-            if isinstance(eos, list):
-                eos = eos[0] if eos else None
-            if isinstance(eos, int):
-                return eos
-    return None
+            eos = [eos] if isinstance(eos, int) else eos
+            if isinstance(eos, list) and eos and all(isinstance(t, int) and not isinstance(t, bool) for t in eos):
+                return tuple(eos)
+    return ()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -129,9 +131,10 @@ def _cmd_serve(args) -> int:
     _check_args(args)
     sock = bind_socket(args.host, args.port)  # 先占端口：被占用时马上失败，不必等模型读完
     try:
-        model, tokenizer, name, eos_id, suppress_ids = load_served_model(args.model)
+        model, tokenizer, name, eos_ids, suppress_ids = load_served_model(args.model)
         app = create_app(model, tokenizer, model_name=args.served_model_name or name, body_timeout=args.body_timeout,
-                         max_batch=args.max_batch, eos_id=eos_id, suppress_ids=suppress_ids)
+                         stop_token_ids=eos_ids[1:], max_batch=args.max_batch, eos_id=eos_ids[0] if eos_ids else None,
+                         suppress_ids=suppress_ids)
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=args.shutdown_timeout)
         server = uvicorn.Server(config)
         # uvicorn 处理完信号、优雅退出后会把信号再发给自己一次（好让默认处理函数结束进程）；这里装上只记一笔的

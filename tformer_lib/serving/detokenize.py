@@ -18,11 +18,20 @@ from collections.abc import Callable, Sequence
 __all__ = ["TextCodec", "TextStream"]
 
 
+def _is_tokenizers_object(obj) -> bool:
+    return type(obj).__module__.split(".")[0] == "tokenizers"
+
+
 class TextCodec:
     """一个模型自己的分词器的统一接口：``encode(text) -> ids``（按模型的习惯加开头词元），``decode(ids) -> str``。
 
-    支持本库的分词器（``CharTokenizer`` 等：``encode(text, add_bos=True)``）、``tokenizers.Tokenizer``
-    （``encode(text).ids``）与 ``transformers`` 的分词器（``encode(text)`` 返回 id 列表）；特殊词元不进文字。
+    - 本库的分词器（``CharTokenizer`` 等）：``encode(text, add_bos=True)``，与训练时一样以 BOS 开头；
+    - 包着 ``tokenizers.Tokenizer`` 的 :class:`~tformer_lib.lm.hf_tokenizer.HFTokenizer`，以及
+      ``tokenizers.Tokenizer`` 本身：按 ``tokenizer.json`` 自己的后处理模板加特殊词元（LLaMA 加 ``<s>``，
+      GPT-2、Qwen2 什么也不加），与 ``transformers`` 的分词器默认的做法相同；
+    - ``transformers`` 的分词器：``encode(text)``（默认加特殊词元）。
+
+    解码时特殊词元不进文字。
     """
 
     def __init__(self, tokenizer):
@@ -30,17 +39,25 @@ class TextCodec:
             raise TypeError(f"tokenizer 应有 encode 与 decode 方法（如 CharTokenizer 或 tokenizers.Tokenizer），"
                             f"收到 {type(tokenizer).__name__}")
         self.tokenizer = tokenizer
-        params = inspect.signature(tokenizer.encode).parameters
-        self._ours = "add_bos" in params  # 本库的分词器
+        inner = getattr(tokenizer, "tokenizer", None)
+        if _is_tokenizers_object(tokenizer):
+            self._kind, self._template = "tokenizers", tokenizer
+        elif inner is not None and _is_tokenizers_object(inner):
+            self._kind, self._template = "wrapped", inner  # HFTokenizer：用它的 decode（藏起 BOS/PAD）
+        elif "add_bos" in inspect.signature(tokenizer.encode).parameters:
+            self._kind, self._template = "ours", None
+        else:
+            self._kind, self._template = "transformers", None
 
     def encode(self, text: str) -> list[int]:
-        if self._ours:
+        if self._kind == "ours":
             return list(self.tokenizer.encode(text, add_bos=True))
-        encoded = self.tokenizer.encode(text)
-        return list(getattr(encoded, "ids", encoded))  # tokenizers.Encoding 有 .ids；transformers 直接给列表
+        if self._template is not None:
+            return list(self._template.encode(text).ids)  # add_special_tokens=True：按模板加特殊词元
+        return list(self.tokenizer.encode(text))
 
     def decode(self, ids: Sequence[int]) -> str:
-        if self._ours:
+        if self._kind in ("ours", "wrapped"):
             return self.tokenizer.decode(list(ids), stop_at_eos=False)
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
@@ -55,11 +72,14 @@ class TextCodec:
 class TextStream:
     """把一个请求逐个生成的词元拼成文字。:meth:`push` 返回可以送出的新文字；命中停止串或 EOS 后 ``stopped`` 为真。
 
-    ``decode``：id 列表 → 文字；``stop``：停止串（回复不含停止串本身）；``eos_id``：结束词元（不进文字）。
+    ``decode``：id 列表 → 文字；``stop``：停止串（回复不含停止串本身）；``eos_id``：结束词元（不进文字），
+    可以是一个 id 或几个 id（如 LLaMA-3 的 ``<|end_of_text|>`` 与 ``<|eot_id|>``）。
     """
 
-    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (), eos_id: int | None = None):
-        self.decode, self.stop, self.eos_id = decode, tuple(stop), eos_id
+    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (),
+                 eos_id: int | Sequence[int] | None = None):
+        self.decode, self.stop = decode, tuple(stop)
+        self.eos_ids = frozenset() if eos_id is None else frozenset([eos_id] if isinstance(eos_id, int) else eos_id)
         self.ids: list[int] = []  # 进入文字的词元（不含 EOS）
         self.tokens: list[int] = []  # 停下之前收到的全部词元（含 EOS）：计入 usage.completion_tokens
         self.text = ""  # 已送出的文字
@@ -70,7 +90,7 @@ class TextStream:
         if self.stopped:
             return ""
         self.tokens.append(token)
-        if token == self.eos_id:
+        if token in self.eos_ids:
             self.stopped = True
             return self._send(self._full(), final=True)
         self.ids.append(token)

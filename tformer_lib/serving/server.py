@@ -158,13 +158,13 @@ def _sampling(request: CompletionRequest) -> Sampling | None:
     return Sampling(request.temperature, request.top_p if request.top_p < 1 else None, generator)
 
 
-async def _events(worker: EngineWorker, request: CompletionRequest, codec: TextCodec | None, eos_id: int | None):
+async def _events(worker: EngineWorker, request: CompletionRequest, codec: TextCodec | None, eos_ids: set[int]):
     """提交请求的每条提示，依次产生 ``(提示序号, 新文字, finish_reason 或 None, TextStream)``。"""
     loop, out = asyncio.get_running_loop(), asyncio.Queue()
     tickets = [worker.submit(ids, request.max_tokens, loop, sampling=_sampling(request), out=out, tag=i)
                for i, ids in enumerate(request.prompts)]
     decode = codec.decode if codec is not None else (lambda ids: "")
-    streams = [TextStream(decode, request.stop, eos_id) for _ in tickets]
+    streams = [TextStream(decode, request.stop, eos_ids) for _ in tickets]
     finished: set[int] = set()
     try:
         while len(finished) < len(tickets):
@@ -189,9 +189,10 @@ async def _events(worker: EngineWorker, request: CompletionRequest, codec: TextC
 
 
 def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer", body_limit: int = MAX_BODY_BYTES,
-               body_timeout: float = 30.0, **engine_options):
+               body_timeout: float = 30.0, stop_token_ids=(), **engine_options):
     """建一个 Starlette 应用。``tokenizer``（模型自己的分词器）让请求可以直接用文字；``model_name`` 是客户端
-    在 ``model`` 字段里要给的名字；``engine_options`` 交给 :class:`~.engine.Engine`（如 ``max_batch``、``eos_id``）。"""
+    在 ``model`` 字段里要给的名字；``engine_options`` 交给 :class:`~.engine.Engine`（如 ``max_batch``、``eos_id``）；
+    ``stop_token_ids``：``eos_id`` 之外也表示结束的词元（如 LLaMA-3 的 ``<|eot_id|>``），生成到它就停下。"""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.responses import JSONResponse, StreamingResponse
@@ -199,7 +200,8 @@ def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer",
 
     worker = EngineWorker(model, **engine_options)
     codec = None if tokenizer is None else tokenizer if isinstance(tokenizer, TextCodec) else TextCodec(tokenizer)
-    eos_id, created = worker.engine.eos_id, int(time.time())
+    eos_ids = {int(t) for t in stop_token_ids} | ({worker.engine.eos_id} - {None})
+    created = int(time.time())
     vocab_size, max_len = model.config.vocab_size, model.config.max_len
 
     def error(exc: OpenAIError):
@@ -225,7 +227,7 @@ def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer",
             async def sse():
                 completion_tokens = 0
                 try:
-                    async for tag, delta, finish, stream in _events(worker, request, codec, eos_id):
+                    async for tag, delta, finish, stream in _events(worker, request, codec, eos_ids):
                         completion_tokens += len(stream.tokens) if finish else 0
                         chunk = chunk_body(completion_id, now, model_name, [choice_body(tag, delta, finish)],
                                            include_usage=request.include_usage)
@@ -240,7 +242,7 @@ def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer",
             return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         texts, finishes, streams = [""] * len(request.prompts), [None] * len(request.prompts), [None] * len(request.prompts)
         try:
-            async for tag, delta, finish, stream in _events(worker, request, codec, eos_id):
+            async for tag, delta, finish, stream in _events(worker, request, codec, eos_ids):
                 texts[tag] += delta
                 finishes[tag], streams[tag] = finish, stream
         except Exception as exc:
