@@ -194,3 +194,15 @@ def test_sigterm_exits_in_bounded_time_despite_a_stalled_client(server):
     # 1 秒的宽限，另加停引擎线程与解释器退出（负载很高的机器上要几秒）；没有宽限时它会一直等到 60 秒的读体时限
     assert elapsed < 15, f"SIGTERM 后 {elapsed:.1f} 秒才退出"
     assert "推理服务已停止" in proc.stdout.read()
+
+
+def test_default_model_is_the_shipped_poem_model():
+    from tformer_lib.lm.pretrained import load_poem_model
+    from tformer_lib.serving.cli import load_served_model
+    from tformer_lib.specials import BOS, EOS, PAD
+
+    model, tokenizer, name, eos_ids, suppress_ids = load_served_model(None)
+    shipped, shipped_tokenizer, _ = load_poem_model()
+    assert name == "tformer-poem" and eos_ids == (EOS,) and suppress_ids == (PAD, BOS)
+    assert tokenizer == shipped_tokenizer
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), shipped.state_dict().values()))
