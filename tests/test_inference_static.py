@@ -66,7 +66,7 @@ def test_logits_match_the_dynamic_cache_step_by_step():
     pads = torch.zeros(2, dtype=torch.long)
     logits = [decoder.prefill(cache, tokens[:, :4], pads)]
     for t in range(4, 9):
-        logits.append(decoder.decode_step(cache, tokens[:, t:t + 1], torch.tensor([t]), pads))
+        logits.append(decoder.decode_step(cache, tokens[:, t:t + 1], torch.tensor([t]), pads)[0])
     torch.testing.assert_close(torch.stack(logits, dim=1), full[:, 3:], rtol=1e-5, atol=1e-5)
 
 

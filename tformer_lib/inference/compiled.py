@@ -4,8 +4,17 @@
 CPU 上 TorchInductor 把整步（嵌入、N 块、输出层）生成一个 C++ 函数，省掉的是每个小算子的 Python 与分派开销
 （dispatch overhead），而不是 FLOPs。
 
-选词（贪心的 argmax、采样的 ``torch.multinomial``）留在图外、与 :func:`tformer_lib.lm.generate` 调用同一段代码：
-同一个 ``generator`` 按同样的次序抽同样的随机数，所以种子相同的采样也逐词元相同（测试核对）。
+采样（``torch.multinomial``）留在图外、与 :func:`tformer_lib.lm.generate` 调用同一段代码：同一个 ``generator``
+按同样的次序抽同样的随机数，所以种子相同的采样也逐词元相同（测试核对）。贪心的 argmax 放进图里（屏蔽特殊词后取
+最大者，与 ``generate`` 先 softmax 再 argmax 选的是同一个词：softmax 不改变大小次序）。
+
+CPU 上另外两招，都只在编译时打开（``StaticDecoder`` 的参数）：
+
+- ``freeze=True``：Inductor 的冻结（freezing）把权重当作常量编进图里，线性层换成 oneDNN 预先重排（prepack）过
+  权重的内核。代价：之后再改模型的权重，图不会知道——改了权重就新建一个 ``StaticDecoder``；
+- ``skip_guards=True``：每次调用编译函数前，Dynamo 要检查一遍“守卫”（guard：输入的形状、模块的 training 标志……
+  是否与编译时相同），小模型上这一检查占一步的一成以上。解码循环里这些条件我们自己保证不变（形状固定、
+  ``model.eval()``），所以第一步之后用 ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` 跳过它。
 """
 
 from __future__ import annotations
@@ -59,19 +68,23 @@ class StaticDecoder:
       首次解码步（含编译）用了多少秒。
     """
 
-    def __init__(self, model: nn.Module, *, compile: bool = True, mode: str | None = None, max_len: int | None = None):
+    def __init__(self, model: nn.Module, *, compile: bool = True, mode: str | None = None, max_len: int | None = None,
+                 freeze: bool = False, skip_guards: bool = False):
         check_model("model", model)
         if not hasattr(model, "embed") or not hasattr(model, "blocks"):
             raise TypeError(f"model 应是 DecoderOnlyLM（有 embed 与 blocks），收到 {type(model).__name__}")
-        flag("compile", compile)
+        for name, value in (("compile", compile), ("freeze", freeze), ("skip_guards", skip_guards)):
+            flag(name, value)
         if mode not in COMPILE_MODES:
             raise ValueError(f"mode 应是 {COMPILE_MODES} 之一，收到 {mode!r}")
         self.model, self.compile, self.mode = model, compile, mode
+        self.skip_guards = compile and skip_guards
         self.max_len = model.config.max_len if max_len is None else max_len
         self._caches: dict[int, StaticKVCache] = {}
         self.compile_seconds: dict[int, float] = {}
         step = self._decode_step
-        self._step = torch.compile(step, mode=mode, fullgraph=True, dynamic=False) if compile else step
+        options = {"freezing": True} if freeze else None
+        self._step = torch.compile(step, mode=mode, fullgraph=True, dynamic=False, options=options) if compile else step
 
     def cache(self, batch: int) -> StaticKVCache:
         """批大小 ``batch`` 的静态缓存（第一次用到时分配，之后复用）。"""
@@ -80,25 +93,34 @@ class StaticDecoder:
         return self._caches[batch]
 
     def _decode_step(self, cache: StaticKVCache, tokens: torch.Tensor, slot: torch.Tensor,
-                     pads: torch.Tensor) -> torch.Tensor:
-        """固定形状的一步：``tokens (B, 1)`` 写进槽位 ``slot (1,)`` → 下一个词元的 logits ``(B, V)``。"""
-        return static_forward(self.model, cache, tokens, slot, pads)[:, -1]  # (B, V)
+                     pads: torch.Tensor, banned: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """固定形状的一步：``tokens (B, 1)`` 写进槽位 ``slot (1,)`` → 下一个词元的 logits ``(B, V)`` 与贪心选择 ``(B,)``。
+
+        ``banned`` ``(V,)`` 布尔：不许生成的词（PAD、BOS），贪心选择时屏蔽。
+        """
+        logits = static_forward(self.model, cache, tokens, slot, pads)[:, -1]  # (B, V)
+        return logits, logits.masked_fill(banned, float("-inf")).argmax(dim=-1)  # (B, V), (B,)
 
     def prefill(self, cache: StaticKVCache, tokens: torch.Tensor, pads: torch.Tensor) -> torch.Tensor:
         """整段（左填充的）提示 ``(B, T)`` 写进槽位 0..T-1（eager：每个提示长度不同，不值得编译），返回最后位置的 logits ``(B, V)``。"""
         slots = torch.arange(tokens.shape[1], device=tokens.device)  # (T,)
         return static_forward(self.model, cache, tokens, slots, pads)[:, -1]  # (B, V)
 
-    def decode_step(self, cache: StaticKVCache, tokens: torch.Tensor, slot: torch.Tensor,
-                    pads: torch.Tensor) -> torch.Tensor:
-        """调用（编译过的）解码步；某批大小的第一次调用计时，记入 :attr:`compile_seconds`。"""
+    def decode_step(self, cache: StaticKVCache, tokens: torch.Tensor, slot: torch.Tensor, pads: torch.Tensor,
+                    banned: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """调用（编译过的）解码步，返回 ``(logits (B, V), 贪心选择 (B,))``；某批大小的第一次调用计时，记入 :attr:`compile_seconds`。"""
+        if banned is None:
+            banned = torch.zeros(self.model.config.vocab_size, dtype=torch.bool, device=tokens.device)
         batch = tokens.shape[0]
         if batch in self.compile_seconds:
-            return self._step(cache, tokens, slot, pads)
+            if self.skip_guards:  # 形状与 eval 模式由我们保证不变（见模块说明）
+                with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+                    return self._step(cache, tokens, slot, pads, banned)
+            return self._step(cache, tokens, slot, pads, banned)
         start = time.perf_counter()
-        logits = self._step(cache, tokens, slot, pads)
+        out = self._step(cache, tokens, slot, pads, banned)
         self.compile_seconds[batch] = time.perf_counter() - start
-        return logits
+        return out
 
     @torch.no_grad()
     def generate(
@@ -146,15 +168,20 @@ class StaticDecoder:
             out = torch.full((batch, max_new_tokens), PAD, dtype=torch.long, device=device)
             done = torch.zeros(batch, dtype=torch.bool, device=device)
             slot = torch.tensor([width], device=device)  # (1,) 下一个词元写进的槽位
+            banned = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # (V,)
+            banned[[t for t in suppress_ids if 0 <= t < model.config.vocab_size]] = True
             for i in range(max_new_tokens):
                 if i == 0:
                     logits = self.prefill(cache, tokens, pads)  # (B, V)
+                    greedy = None
                 else:
-                    logits = self.decode_step(cache, nxt[:, None], slot, pads)  # (B, V)
+                    logits, greedy = self.decode_step(cache, nxt[:, None], slot, pads, banned)  # (B, V), (B,)
                     slot = slot + 1
-                # 选词：与 lm.generate 完全相同的几行（同样的分布、同样的随机数次序）
+                # 选词：与 lm.generate 相同（贪心时解码步已在图里选好；采样用同样的分布、同样的随机数次序）
                 if method == "greedy":
-                    nxt = next_token_distribution(logits, 1.0, None, None, suppress_ids).argmax(dim=-1)  # (B,)
+                    if greedy is None:  # 预填充之后的第一个词：与 generate 同一行代码（顺带检查 logits 有限）
+                        greedy = next_token_distribution(logits, 1.0, None, None, suppress_ids).argmax(dim=-1)
+                    nxt = greedy  # (B,)
                 else:
                     probs = next_token_distribution(logits, temperature, top_k, top_p, suppress_ids)
                     nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
