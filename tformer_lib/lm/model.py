@@ -145,12 +145,7 @@ class DecoderOnlyLM(nn.Module):
             if attn_mask is not None:
                 mask = combine_masks(attn_mask, mask)  # 与因果掩码取“与”
         # 1) 词嵌入 + 位置（RoPE 不加在这里，而是在每个注意力里旋转 q、k）
-        x = self.tok_embed(tokens)  # (B, T, d_model)
-        if self.config.positional == "learned":
-            x = x + self.pos_embed(positions)  # (B, T, d_model)
-        elif self.config.positional == "sinusoidal":
-            x = x + self.pos_table[positions].to(x.dtype)  # (B, T, d_model)
-        x = self.dropout(x)
+        x = self.embed(tokens, positions)  # (B, T, d_model)
         # 2) N 个因果块
         rope_positions = positions if self.config.positional == "rope" else None
         recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
@@ -163,6 +158,18 @@ class DecoderOnlyLM(nn.Module):
             cache.length += length
         # 3) 末层归一化 + 输出层
         return self.lm_head(self.norm(x))  # (B, T, V)
+
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """词嵌入 + 绝对位置（learned / sinusoidal；RoPE 与 none 在这里不加位置）再过 dropout：``(B, T)`` → ``(B, T, d_model)``。
+
+        不做参数检查（:meth:`forward` 已查过）；第 14 章的静态缓存解码步（:mod:`tformer_lib.inference`）也调用它。
+        """
+        x = self.tok_embed(tokens)  # (B, T, d_model)
+        if self.config.positional == "learned":
+            x = x + self.pos_embed(positions)  # (B, T, d_model)
+        elif self.config.positional == "sinusoidal":
+            x = x + self.pos_table[positions].to(x.dtype)  # (B, T, d_model)
+        return self.dropout(x)
 
     def set_fast_attention(self, fast: bool) -> None:
         """在显式路径（保留注意力权重）与快速路径之间切换所有注意力模块。"""
