@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from tformer_lib import MultiHeadAttention, PositionwiseFeedForward
+from tformer_lib.norms import RMSNorm
 from tformer_lib.lm import LMConfig, LMCache, make_lm
 from tformer_lib.lm.reference import TorchEncoderLM, torch_twin
 
@@ -172,6 +173,48 @@ def test_parameter_counts_of_options():
     assert count() - count(n_kv_heads=1) == 2 * 2 * (32 + 1) * (32 - 8)  # 层 × (K, V) × (权重+偏置) × 少掉的维度
     assert count(activation="swiglu") - count() == 2 * (32 * 48 + 48)
     assert count() - count(norm="rms") == (2 * 2 + 1) * 32  # RMSNorm 没有偏置
+    assert count() - count(qkv_bias=False) == 2 * (32 + 2 * 32)  # 层 × (q 偏置 + k、v 偏置)
+    assert count() - count(out_bias=False) == 2 * 32
+    assert count() - count(ffn_bias=False) == 2 * (48 + 32)
+    assert count(activation="swiglu") - count(activation="swiglu", ffn_bias=False) == 2 * (2 * 48 + 32)
+
+
+def test_bias_flags_remove_exactly_those_biases():
+    model = tiny(qkv_bias=False, out_bias=True, ffn_bias=False, activation="swiglu")
+    attn, ffn = model.blocks[0].self_attn, model.blocks[0].feed_forward
+    assert attn.w_q.bias is None and attn.w_k.bias is None and attn.w_v.bias is None
+    assert attn.w_o.bias is not None
+    assert ffn.w_1.bias is None and ffn.w_2.bias is None and ffn.w_3.bias is None
+    # 默认（旧模型）四个投影与 FFN 都带偏置
+    default = tiny()
+    assert all(getattr(default.blocks[0].self_attn, n).bias is not None for n in ("w_q", "w_k", "w_v", "w_o"))
+
+
+def test_gelu_tanh_is_the_tanh_approximation():
+    torch.manual_seed(3)
+    exact, approx = tiny(activation="gelu"), tiny(activation="gelu_tanh")
+    approx.load_state_dict(exact.state_dict())
+    x = torch.randn(2, 5, 32)
+    ffn = approx.blocks[0].feed_forward
+    want = ffn.w_2(torch.nn.functional.gelu(ffn.w_1(x), approximate="tanh"))
+    torch.testing.assert_close(ffn(x), want, rtol=0, atol=0)
+    tokens = torch.randint(0, V, (2, 9))
+    assert not torch.equal(exact(tokens), approx(tokens))  # 两种 GELU 的确不同
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_norm_eps_reaches_every_norm(norm):
+    model = tiny(norm=norm, norm_eps=1e-6)
+    norms = [m for m in model.modules() if isinstance(m, (nn.LayerNorm, RMSNorm))]
+    assert len(norms) == 2 * 2 + 1 and all(m.eps == 1e-6 for m in norms)
+
+
+def test_old_config_dict_without_new_fields_loads_as_before():
+    cfg = LMConfig(V, d_model=32, n_heads=4, n_layers=2, d_ff=48)
+    old = {k: v for k, v in cfg.to_dict().items() if k not in ("qkv_bias", "out_bias", "ffn_bias", "norm_eps")}
+    restored = LMConfig.from_dict(old)
+    assert restored == cfg
+    assert (restored.qkv_bias, restored.out_bias, restored.ffn_bias, restored.norm_eps) == (True, True, True, 1e-5)
 
 
 @pytest.mark.parametrize(
@@ -212,6 +255,12 @@ def test_context_overflow_with_cache():
         (dict(norm_first=1), TypeError, "norm_first"),
         (dict(pad_id=V), ValueError, "pad_id"),
         (dict(max_len=0), ValueError, "max_len"),
+        (dict(qkv_bias=0), TypeError, "qkv_bias"),
+        (dict(out_bias="no"), TypeError, "out_bias"),
+        (dict(ffn_bias=None), TypeError, "ffn_bias"),
+        (dict(norm_eps=0.0), ValueError, "norm_eps"),
+        (dict(norm_eps=float("inf")), ValueError, "norm_eps"),
+        (dict(norm_eps=True), ValueError, "norm_eps"),
     ],
 )
 def test_bad_config(kw, exc, word):

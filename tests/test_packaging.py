@@ -149,7 +149,7 @@ def test_installing_the_package_keeps_an_existing_torch(tmp_path, wheel, existin
     assert result.returncode == 0, result.stderr
     installs = {re.sub(r"[-_.]+", "-", i["metadata"]["name"]).lower(): i["metadata"]["version"]
                 for i in json.loads(report.read_text())["install"]}
-    assert installs == {"tformer-lib": _project()["version"]}, f"pip 要装/换：{installs}"
+    assert installs == {"tformer-lib": tformer_lib.__version__}, f"pip 要装/换：{installs}"
 
 
 def test_wheel_carries_fonts_checkpoints_data_and_results(wheel):
@@ -164,3 +164,9 @@ def test_design_contract_names_import_from_package():
                  "causal_mask", "padding_mask", "TransformerConfig", "make_model", "PAD", "BOS", "EOS", "UNK"]:
         assert hasattr(tformer_lib, name), name
     assert [tformer_lib.PAD, tformer_lib.BOS, tformer_lib.EOS, tformer_lib.UNK] == [0, 1, 2, 3]
+
+
+def test_version_is_one_string_read_by_the_package_metadata(wheel):
+    """``tformer_lib.__version__`` 存在，且就是轮子元数据里的版本（pyproject 从它读取，只写一处）。"""
+    assert re.fullmatch(r"\d+\.\d+\.\d+", tformer_lib.__version__), tformer_lib.__version__
+    assert f"-{tformer_lib.__version__}-" in Path(wheel).name, (Path(wheel).name, tformer_lib.__version__)

@@ -290,3 +290,68 @@ def test_heavy_prefix_sharing_keeps_outputs_and_returns_every_block(options, see
     assert engine.prefill_tokens_saved > 0
     manager = engine.cache.manager
     assert sorted(manager.free_blocks) == list(range(manager.num_blocks)) and not manager._prefix
+
+
+def _sampled_alone(model, prompt, n, temperature, top_p, seed, eos_id=None):
+    g = torch.Generator().manual_seed(seed)
+    out = generate(model, prompt, n, method="sample", temperature=temperature, top_p=top_p, generator=g, eos_id=eos_id)
+    out = out.tolist()
+    return out[: out.index(eos_id) + 1] if eos_id in out else out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_per_request_sampling_equals_generate_with_the_same_seed(seed):
+    """同批里有贪心的、有采样的请求：每个采样请求用自己的生成器，结果与单独 generate(method="sample") 相同。"""
+    from tformer_lib.serving import Sampling
+
+    rng = random.Random(300 + seed)
+    model = _model(seed, positional="rope")
+    engine = Engine(model, max_batch=4, block_size=4, eos_id=9)
+    prompts = _prompts(rng, 6)
+    settings = [(0.0, None), (0.8, None), (1.3, 0.9), (0.0, None), (1.0, 0.5), (2.0, None)]
+    requests = []
+    for i, (prompt, (t, p)) in enumerate(zip(prompts, settings)):
+        sampling = Sampling(t, p, torch.Generator().manual_seed(1000 * seed + i)) if t else None
+        requests.append(engine.add_request(prompt, 12, sampling=sampling))
+    engine.run()
+    for i, (prompt, (t, p), request) in enumerate(zip(prompts, settings, requests)):
+        expected = _sampled_alone(model, prompt, 12, t, p, 1000 * seed + i, 9) if t else _alone(model, prompt, 12, 9)
+        expected = expected[: expected.index(9) + 1] if 9 in expected else expected
+        assert request.output == expected, i
+    # 采样确实在起作用：高温下与贪心不同
+    assert requests[5].output != _alone(model, prompts[5], 12, 9)[: len(requests[5].output)]
+
+
+def test_tiny_temperature_is_greedy_not_nan():
+    """温度 1e-40：logits/温度 本会溢出成 inf、softmax 成 NaN；减去每行最大值后，结果就是贪心。"""
+    from tformer_lib.serving import Sampling
+
+    model = _model(5)
+    engine = Engine(model, max_batch=2, block_size=4)
+    prompt = [5, 6, 7]
+    request = engine.add_request(prompt, 10, sampling=Sampling(1e-40, None, torch.Generator().manual_seed(0)))
+    engine.run()
+    assert request.output == _alone(model, prompt, 10)
+
+
+def test_cancel_frees_blocks_and_leaves_the_others_exact():
+    model = _model(6)
+    engine = Engine(model, max_batch=2, block_size=4, prefix_caching=False)
+    free_at_start = len(engine.cache.manager.free_blocks)
+    a = engine.add_request([5, 6, 7], 20)
+    b = engine.add_request([8, 9], 15)
+    c = engine.add_request([10, 11, 12], 5)  # 槽位只有两个：c 在等待队列里
+    engine.step()
+    engine.step()
+    engine.cancel(a)
+    engine.cancel(c)
+    assert a.done and c.done and len(a.output) == 2 and c.output == []
+    assert not engine.waiting and list(engine.running.values()) == [b]
+    engine.cancel(a)  # 已结束的请求：什么也不做
+    engine.run()
+    assert b.output == _alone(model, [8, 9], 15)
+    assert len(engine.cache.manager.free_blocks) == free_at_start
+    with pytest.raises(TypeError, match="request"):
+        engine.cancel("a")
+    with pytest.raises(ValueError, match="不在这个引擎里"):
+        Engine(model).cancel(engine.add_request([5], 3))

@@ -3,6 +3,9 @@
 书中每一章都从这里导入模型部件，不在笔记本里另写一份。
 """
 
+#: 包的版本号（pyproject.toml 从这里读取，只写一处）
+__version__ = "0.1.0"
+
 # --- core model ---
 from .attention import MultiHeadAttention, fast_scaled_dot_product_attention, scaled_dot_product_attention
 from .config import TransformerConfig

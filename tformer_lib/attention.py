@@ -97,6 +97,9 @@ class MultiHeadAttention(nn.Module):
       第 i 个查询头用第 ``i // (n_heads / n_kv_heads)`` 个 K/V 头。
     - 旋转位置编码（RoPE）：``rope=True`` 时在打分前用 :func:`~tformer_lib.positional.apply_rope` 旋转每个头的
       q 与 k（只用于自注意力）；位置默认从缓存长度接着数，也可由 ``positions`` 给出。
+
+    偏置：论文与 GPT-2 的四个投影都带偏置（默认）；``qkv_bias=False`` 去掉 W^Q、W^K、W^V 的偏置，
+    ``out_bias=False`` 去掉 W^O 的偏置（LLaMA 两个都没有，Qwen2 只有 q/k/v 的偏置）。
     """
 
     def __init__(
@@ -108,6 +111,9 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads: int | None = None,
         rope: bool = False,
         rope_base: float = 10000.0,
+        *,
+        qkv_bias: bool = True,
+        out_bias: bool = True,
     ):
         super().__init__()
         positive_int("d_model", d_model)
@@ -116,6 +122,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"d_model={d_model} 不能被 n_heads={n_heads} 整除")
         dropout_rate("dropout", dropout)
         flag("fast", fast)
+        flag("qkv_bias", qkv_bias)
+        flag("out_bias", out_bias)
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         n_kv_heads = n_heads if n_kv_heads is None else positive_int("n_kv_heads", n_kv_heads)
         if n_heads % n_kv_heads != 0:
@@ -124,10 +132,10 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"RoPE 要求每头维度 d_k 为偶数，收到 d_k={self.d_k}（d_model={d_model}, n_heads={n_heads}）")
         self.n_kv_heads = n_kv_heads
         self.rope, self.rope_base = bool(rope), float(rope_base)
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, n_kv_heads * self.d_k)  # GQA 时比 d_model 窄
-        self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k)
-        self.w_o = nn.Linear(d_model, d_model)
+        self.w_q = nn.Linear(d_model, d_model, bias=qkv_bias)
+        self.w_k = nn.Linear(d_model, n_kv_heads * self.d_k, bias=qkv_bias)  # GQA 时比 d_model 窄
+        self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=qkv_bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=out_bias)
         self.dropout = nn.Dropout(dropout)
         self.fast = fast
         self.attn_weights: torch.Tensor | None = None

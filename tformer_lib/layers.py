@@ -18,12 +18,15 @@ class ResidualNorm(nn.Module):
     - 后置归一化 post-LN（论文做法，默认）：``LayerNorm(x + Dropout(sublayer(x)))``；
     - 前置归一化 pre-LN（``norm_first=True``）：``x + Dropout(sublayer(LayerNorm(x)))``。
 
-    ``norm="rms"`` 把 LayerNorm 换成 :class:`~tformer_lib.norms.RMSNorm`（现代大模型的做法）。
+    ``norm="rms"`` 把 LayerNorm 换成 :class:`~tformer_lib.norms.RMSNorm`（现代大模型的做法）；
+    ``eps`` 是归一化分母里的 ε。
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False, norm: str = "layer"):
+    def __init__(
+        self, d_model: int, dropout: float = 0.0, norm_first: bool = False, norm: str = "layer", *, eps: float = 1e-5
+    ):
         super().__init__()
-        self.norm = make_norm(norm, d_model)
+        self.norm = make_norm(norm, d_model, eps)
         self.dropout = nn.Dropout(dropout_rate("dropout", dropout))
         self.norm_first = norm_first
 

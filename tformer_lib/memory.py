@@ -30,7 +30,10 @@ __all__ = [
     "measured_model_state_bytes",
     "lm_activation_bytes",
     "measure_activation_bytes",
+    "training_memory",
     "training_step_memory",
+    "KORTHIKANTI_RECOMPUTE",
+    "korthikanti_activation_bytes",
 ]
 
 #: 每个参数占的字节：全 float32、torch.autocast（权重仍是 float32）、ZeRO 式混合精度（16 位权重 + float32 主权重）。
@@ -41,6 +44,8 @@ BYTES_PER_PARAMETER = {
 }
 
 _INT64, _BOOL, _FP32 = 8, 1, 4
+#: 前馈网络为反向保存几份 (B, T, d_ff)：ReLU 只存输出；GELU（精确或 tanh 近似）存输入与输出；SwiGLU 存四份
+_FFN_SAVED_COPIES = {"relu": 1, "gelu": 2, "gelu_tanh": 2, "swiglu": 4}
 
 
 def parameter_count(model: nn.Module) -> int:
@@ -117,7 +122,9 @@ def lm_activation_bytes(
     （RoPE 时还有位置 ``(T,)``）只存一次；反向时一次重算一块，所以峰值再加一块的量 ``"recompute_peak"``
     （= ``"per_block"``，不计入 ``"total"``）。
 
-    前提：dropout 为 0（否则还要存随机掩码）、``n_kv_heads`` 为 None、输入是连续张量。
+    前提：dropout 为 0（否则还要存随机掩码）、输入是连续张量。分组查询注意力（GQA，``n_kv_heads`` < h）
+    的激活与普通多头注意力相同：本书的注意力在打分前把每个 K/V 头复制给同组的查询头（``repeat_interleave``），
+    autograd 保存的是复制后的 ``(B, h, T, d_k)``（测试实测）；GQA 省下的是 K/V 缓存与 W^K、W^V 的参数。
     参数不计（它们本来就在内存里）。注意：显式路径的 ``MultiHeadAttention`` 还把最近一次的注意力权重
     ``(B, h, T, T)`` 留在 ``attn_weights`` 里供画图——它与 softmax 的输出共用存储，不重算时不另占内存，
     但打开激活重算后每层仍留着一份，这里不计；要省这部分，训练时用快速路径（``fast_attention=True``）。
@@ -130,8 +137,8 @@ def lm_activation_bytes(
         positive_int(name, value)
     if config.dropout != 0:
         raise ValueError(f"公式只覆盖 dropout=0（dropout 还会保存随机掩码），收到 dropout={config.dropout}")
-    if config.n_kv_heads not in (None, config.n_heads):
-        raise ValueError(f"公式只覆盖普通多头注意力（n_kv_heads=None），收到 n_kv_heads={config.n_kv_heads}")
+    if config.activation not in _FFN_SAVED_COPIES:
+        raise ValueError(f"公式覆盖的激活函数是 {tuple(_FFN_SAVED_COPIES)}，收到 activation={config.activation!r}")
     c, e, B, T = config, bytes_per_element, batch, length
     bt, btd = B * T, B * T * c.d_model
     embedding = bt * _INT64 + (T * _INT64 if c.positional == "learned" else 0)
@@ -144,7 +151,7 @@ def lm_activation_bytes(
         attn = sum(parts.values()) + 2 * T * T * _BOOL  # 两处 ~mask
     if c.positional == "rope":
         attn += 2 * 2 * T * (c.d_k // 2) * e  # q、k 各旋转一次，每次存 cos、sin (T, d_k/2)
-    ffn = {"relu": 1, "gelu": 2, "swiglu": 4}[c.activation] * bt * c.d_ff * e
+    ffn = _FFN_SAVED_COPIES[c.activation] * bt * c.d_ff * e
     per_block = {"norms": block_norms, "linear_inputs": block_inputs, "attention": attn, "ffn": ffn}
     final_norm = _norm_bytes(c.norm, btd, bt, e) if c.norm_first else 0
     kept = 0 if checkpointing else c.n_layers  # 激活重算时块内一项都不保存
@@ -181,13 +188,59 @@ def measure_activation_bytes(model: nn.Module, tokens: torch.Tensor, targets: to
     return saved_tensor_bytes(lambda: _lm_loss(model, tokens, targets), exclude=params)
 
 
+def training_memory(
+    n_params: int, config, batch: int, length: int, precision: str = "fp32", checkpointing: bool = False,
+    bytes_per_element: int = 4,
+) -> dict[str, int]:
+    """一个训练步的完整账本（只看参数个数与配置，不必建模型）：模型状态（:func:`model_state_bytes`，按
+    ``precision``）+ 激活（:func:`lm_activation_bytes`，每个元素 ``bytes_per_element`` 字节）。
+
+    返回 ``params``、``grads``、``master``、``adam_m``、``adam_v``、``activations`` 与 ``total``；
+    打开 ``checkpointing`` 时另含 ``recompute_peak``（反向时重算一块的量，不计入 ``total``）。
+    """
+    states = model_state_bytes(n_params, precision)
+    acts = lm_activation_bytes(config, batch, length, bytes_per_element, checkpointing=checkpointing)
+    out = {k: v for k, v in states.items() if k not in ("total", "bytes_per_parameter")}
+    out["activations"] = acts["total"]
+    out["total"] = states["total"] + acts["total"]
+    if checkpointing:
+        out["recompute_peak"] = acts["recompute_peak"]
+    return out
+
+
 def training_step_memory(
     model: nn.Module, batch: int, length: int, precision: str = "fp32", checkpointing: bool = False
 ) -> dict[str, int]:
     """一个训练步的完整账本（公式）：模型状态（按 ``precision``）+ 激活（fp32 模型，:func:`lm_activation_bytes`）。"""
-    states = model_state_bytes(parameter_count(model), precision)
-    acts = lm_activation_bytes(model.config, batch, length, checkpointing=checkpointing)
-    out = {k: v for k, v in states.items() if k not in ("total", "bytes_per_parameter")}
-    out["activations"] = acts["total"]
-    out["total"] = states["total"] + acts["total"]
-    return out
+    return training_memory(parameter_count(model), model.config, batch, length, precision, checkpointing)
+
+
+#: :func:`korthikanti_activation_bytes` 认得的三种重算方式
+KORTHIKANTI_RECOMPUTE = ("none", "selective", "full")
+
+
+def korthikanti_activation_bytes(config, batch: int, length: int, recompute: str = "none") -> dict[str, int]:
+    r"""Korthikanti et al. (2022, *Reducing Activation Recomputation in Large Transformer Models*, 第 4 节与表 2)
+    的每层激活公式（不做张量/序列并行，t = 1），记号 s = 长度、b = 微批大小、h = d_model、a = 头数、L = 层数：
+
+    * ``"none"``：每层 :math:`sbh\,(34 + 5as/h)` 字节；
+    * ``"selective"``（只重算注意力里 softmax、dropout 与 QKᵀ/AV 那些随 s² 增长的部分）：:math:`34\,sbh`；
+    * ``"full"``（整层重算，只存每层的输入）：:math:`2\,sbh`。
+
+    论文的前提：16 位激活（2 字节）、dropout 掩码 1 字节、GPT 式的块（LayerNorm、GELU、d_ff = 4h、普通多头注意力、
+    保存 softmax 输出的注意力）；LayerNorm 的均值/方差这类小缓冲不计，词嵌入、末层归一化、输出层与损失也不计
+    （``total`` = L × 每层）。其他结构（SwiGLU、RMSNorm、GQA、FlashAttention）套用它只是近似；本书自己的实现
+    以 :func:`lm_activation_bytes` 为准（两者在随书模型上的逐项对照见测试）。
+    """
+    from .lm.config import LMConfig
+
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")
+    positive_int("batch", batch)
+    positive_int("length", length)
+    if recompute not in KORTHIKANTI_RECOMPUTE:
+        raise ValueError(f"recompute 应是 {KORTHIKANTI_RECOMPUTE} 之一，收到 {recompute!r}")
+    s, b, h, a = length, batch, config.d_model, config.n_heads
+    sbh = s * b * h
+    per_layer = {"none": 34 * sbh + 5 * a * s * s * b, "selective": 34 * sbh, "full": 2 * sbh}[recompute]
+    return {"per_layer": per_layer, "total": config.n_layers * per_layer}

@@ -8,7 +8,7 @@
 import torch
 from torch import nn
 
-from ._checks import positive_int
+from ._checks import finite_positive, positive_int
 
 NORM_KINDS = ("layer", "rms")
 
@@ -23,9 +23,7 @@ class RMSNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
         self.d_model = positive_int("d_model", d_model)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError(f"eps 应为正数，收到 {eps!r}")
-        self.eps = float(eps)
+        self.eps = finite_positive("eps", eps)
         self.weight = nn.Parameter(torch.ones(d_model))  # γ
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -42,8 +40,9 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
-    """按名字建归一化层：``"layer"`` → ``nn.LayerNorm``，``"rms"`` → :class:`RMSNorm`。"""
+    """按名字建归一化层：``"layer"`` → ``nn.LayerNorm``，``"rms"`` → :class:`RMSNorm`；``eps`` 是分母里的 ε。"""
     if kind == "layer":
+        finite_positive("eps", eps)
         return nn.LayerNorm(d_model, eps=eps)
     if kind == "rms":
         return RMSNorm(d_model, eps=eps)

@@ -5,7 +5,9 @@
 
 import torch
 
+from .._checks import positive_int
 from ..kv_cache import AttentionCache
+from .config import LMConfig
 
 
 class LMCache:
@@ -39,3 +41,15 @@ class LMCache:
     def nbytes(self) -> int:
         """缓存的 K 与 V 一共占多少字节。"""
         return sum(t.numel() * t.element_size() for c in self.layers for t in (c.k, c.v) if t is not None)
+
+
+def lm_kv_cache_bytes_per_token(config: LMConfig, bytes_per_element: int = 4) -> int:
+    """一条序列每多缓存一个词元，:class:`LMCache` 增加的字节数（只看配置，不必建模型）：
+
+    每块存一份 K 与一份 V，各 ``n_kv_heads · d_k`` 个数：``2 · N · n_kv_heads · d_k · bytes``。
+    与 ``LMCache.nbytes() / 词元数`` 逐字节相等（测试保证）；GQA 省下的正是 ``n_heads / n_kv_heads`` 这个倍数。
+    """
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")
+    positive_int("bytes_per_element", bytes_per_element)
+    return 2 * config.n_layers * config.kv_heads * config.d_k * bytes_per_element  # K 与 V，各 (h_kv, d_k)

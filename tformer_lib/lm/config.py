@@ -2,12 +2,12 @@
 
 from dataclasses import asdict, dataclass
 
-from .._checks import positive_int
+from .._checks import finite_positive, positive_int
 from ..norms import NORM_KINDS
 from ..specials import PAD
 
 POSITIONAL_KINDS = ("learned", "sinusoidal", "rope", "none")
-ACTIVATIONS = ("relu", "gelu", "swiglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
 
 
 @dataclass
@@ -28,12 +28,16 @@ class LMConfig:
     positional: str = "learned"  # "learned" | "sinusoidal" | "rope" | "none"
     norm: str = "layer"  # "layer" = LayerNorm | "rms" = RMSNorm
     norm_first: bool = True  # True = pre-LN（默认）；False = post-LN（论文）
-    activation: str = "gelu"  # "relu" | "gelu" | "swiglu"
+    activation: str = "gelu"  # "relu" | "gelu"（精确）| "gelu_tanh"（tanh 近似，GPT-2）| "swiglu"
     tie_embeddings: bool = True  # 输出层与词嵌入共享同一个矩阵
     dropout: float = 0.0  # 残差、注意力与嵌入上的 dropout
     rope_base: float = 10000.0  # RoPE 的 θ_i = base^{-2i/d_k}
     fast_attention: bool = False  # True 时用 F.scaled_dot_product_attention（不保留注意力权重）
     pad_id: int = PAD  # 填充词元 id；训练时不计入损失
+    qkv_bias: bool = True  # W^Q、W^K、W^V 带偏置（GPT-2、Qwen2 有；LLaMA、Mistral 没有）
+    out_bias: bool = True  # W^O 带偏置（GPT-2 有；LLaMA、Qwen2、Mistral 没有）
+    ffn_bias: bool = True  # 前馈网络的线性层带偏置（GPT-2 有；LLaMA、Qwen2、Mistral 没有）
+    norm_eps: float = 1e-5  # 归一化分母里的 ε（LayerNorm/RMSNorm；各家模型取值不同，如 1e-5、1e-6）
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len"):
@@ -51,7 +55,8 @@ class LMConfig:
             raise ValueError(f"positional='rope' 要求每头维度 d_k 为偶数，收到 d_k={self.d_k}")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout 应是 [0, 1) 内的数，收到 {self.dropout!r}")
-        for name in ("norm_first", "tie_embeddings", "fast_attention"):
+        finite_positive("norm_eps", self.norm_eps)
+        for name in ("norm_first", "tie_embeddings", "fast_attention", "qkv_bias", "out_bias", "ffn_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} 应是 bool，收到 {getattr(self, name)!r}")
         if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
@@ -73,7 +78,11 @@ class LMConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "LMConfig":
-        """从 :meth:`to_dict` 的结果还原；未知字段给出清楚的错误。"""
+        """从 :meth:`to_dict` 的结果还原；未知字段给出清楚的错误。
+
+        旧检查点的字典里没有后来加的字段（``qkv_bias``、``out_bias``、``ffn_bias``、``norm_eps``），
+        这些取默认值——正是加字段之前模型的样子。
+        """
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"LMConfig 没有这些字段：{sorted(unknown)}")

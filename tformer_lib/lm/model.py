@@ -31,11 +31,11 @@ class DecoderOnlyBlock(nn.Module):
         c = config
         self.self_attn = MultiHeadAttention(
             c.d_model, c.n_heads, c.dropout, fast=c.fast_attention, n_kv_heads=c.n_kv_heads,
-            rope=c.positional == "rope", rope_base=c.rope_base,
+            rope=c.positional == "rope", rope_base=c.rope_base, qkv_bias=c.qkv_bias, out_bias=c.out_bias,
         )
-        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation)
-        self.residual_attn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm)
-        self.residual_ffn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm)
+        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation, bias=c.ffn_bias)
+        self.residual_attn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
+        self.residual_ffn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
 
     def forward(self, x, mask, cache=None, positions=None) -> torch.Tensor:
         x = self.residual_attn(x, lambda h: self.self_attn(h, h, h, mask, cache, positions))  # (B, T, d_model)
@@ -67,7 +67,7 @@ class DecoderOnlyLM(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList([DecoderOnlyBlock(c) for _ in range(c.n_layers)])
         # pre-LN 的残差流从不经过归一化，所以末尾要再归一化一次；post-LN 每块已归一化
-        self.norm = make_norm(c.norm, c.d_model) if c.norm_first else nn.Identity()
+        self.norm = make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_first else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self._init_parameters()
         self.activation_checkpointing = False  # 见 set_activation_checkpointing
@@ -75,7 +75,12 @@ class DecoderOnlyLM(nn.Module):
             self.lm_head.weight = self.tok_embed.weight  # 权重共享：输出层 = 词嵌入矩阵的转置
 
     def _init_parameters(self) -> None:
-        """GPT-2 的初始化：权重 N(0, 0.02²)，偏置为 0；写回残差流的 ``w_o``、``w_2`` 再除以 √(2N)。"""
+        """GPT-2 的初始化：权重 N(0, 0.02²)，偏置为 0；写回残差流的 ``w_o``、``w_2`` 再除以 √(2N)。
+
+        在 meta 设备上（``with torch.device("meta")``，只有形状、没有数值）跳过：那里没有数可写，
+        而 meta 张量上的 ``normal_`` 每次要走一遍 Python 的参考实现，70B 的模型要多花好几秒。"""
+        if self.tok_embed.weight.is_meta:
+            return
         for name, module in self.named_modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 std = 0.02 / math.sqrt(2 * self.config.n_layers) if name.endswith(("w_o", "w_2")) else 0.02
@@ -140,12 +145,7 @@ class DecoderOnlyLM(nn.Module):
             if attn_mask is not None:
                 mask = combine_masks(attn_mask, mask)  # 与因果掩码取“与”
         # 1) 词嵌入 + 位置（RoPE 不加在这里，而是在每个注意力里旋转 q、k）
-        x = self.tok_embed(tokens)  # (B, T, d_model)
-        if self.config.positional == "learned":
-            x = x + self.pos_embed(positions)  # (B, T, d_model)
-        elif self.config.positional == "sinusoidal":
-            x = x + self.pos_table[positions].to(x.dtype)  # (B, T, d_model)
-        x = self.dropout(x)
+        x = self.embed(tokens, positions)  # (B, T, d_model)
         # 2) N 个因果块
         rope_positions = positions if self.config.positional == "rope" else None
         recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
@@ -158,6 +158,18 @@ class DecoderOnlyLM(nn.Module):
             cache.length += length
         # 3) 末层归一化 + 输出层
         return self.lm_head(self.norm(x))  # (B, T, V)
+
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """词嵌入 + 绝对位置（learned / sinusoidal；RoPE 与 none 在这里不加位置）再过 dropout：``(B, T)`` → ``(B, T, d_model)``。
+
+        不做参数检查（:meth:`forward` 已查过）；第 14 章的静态缓存解码步（:mod:`tformer_lib.inference`）也调用它。
+        """
+        x = self.tok_embed(tokens)  # (B, T, d_model)
+        if self.config.positional == "learned":
+            x = x + self.pos_embed(positions)  # (B, T, d_model)
+        elif self.config.positional == "sinusoidal":
+            x = x + self.pos_table[positions].to(x.dtype)  # (B, T, d_model)
+        return self.dropout(x)
 
     def set_fast_attention(self, fast: bool) -> None:
         """在显式路径（保留注意力权重）与快速路径之间切换所有注意力模块。"""

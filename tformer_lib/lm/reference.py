@@ -20,10 +20,13 @@ class TorchEncoderLM(nn.Module):
     def __init__(self, config: LMConfig):
         super().__init__()
         c = self.config = config
-        if c.norm != "layer" or c.activation not in ("relu", "gelu") or c.positional == "rope" or c.kv_heads != c.n_heads:
+        all_biases = c.qkv_bias and c.out_bias and c.ffn_bias
+        if (c.norm != "layer" or c.activation not in ("relu", "gelu") or c.positional == "rope"
+                or c.kv_heads != c.n_heads or not all_biases):
             raise ValueError(
-                "nn.TransformerEncoder 只能做 LayerNorm、ReLU/GELU、非 RoPE、n_kv_heads=n_heads 的配置，"
-                f"收到 norm={c.norm!r}, activation={c.activation!r}, positional={c.positional!r}, n_kv_heads={c.n_kv_heads}"
+                "nn.TransformerEncoder 只能做 LayerNorm、ReLU/GELU、非 RoPE、n_kv_heads=n_heads、全部带偏置的配置，"
+                f"收到 norm={c.norm!r}, activation={c.activation!r}, positional={c.positional!r}, n_kv_heads={c.n_kv_heads}, "
+                f"qkv_bias={c.qkv_bias}, out_bias={c.out_bias}, ffn_bias={c.ffn_bias}"
             )
         self.tok_embed = nn.Embedding(c.vocab_size, c.d_model)
         if c.positional == "learned":
@@ -33,9 +36,9 @@ class TorchEncoderLM(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         layer = nn.TransformerEncoderLayer(
             c.d_model, c.n_heads, c.d_ff, c.dropout, activation=c.activation,
-            batch_first=True, norm_first=c.norm_first,
+            layer_norm_eps=c.norm_eps, batch_first=True, norm_first=c.norm_first,
         )
-        final_norm = nn.LayerNorm(c.d_model) if c.norm_first else None
+        final_norm = nn.LayerNorm(c.d_model, eps=c.norm_eps) if c.norm_first else None
         self.encoder = nn.TransformerEncoder(layer, c.n_layers, norm=final_norm, enable_nested_tensor=False)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:

@@ -11,7 +11,9 @@
    排成一行、不补齐（见 :meth:`~.paged_cache.PagedKVCache.packed_view`），所以解码与预填充同在一次前向里；
 3. 退出：生成了 EOS 或到达自己 ``max_new_tokens`` 的序列离开，块还给 :class:`~.paged_cache.BlockManager`。
 
-只做贪心解码，因此输出与逐条调用 ``generate(..., method="greedy")`` 逐词元相同（测试核对）。
+默认贪心解码，输出与逐条调用 ``generate(..., method="greedy")`` 逐词元相同（测试核对）；每个请求也可以带自己的
+:class:`~.sampling.Sampling`（温度、top-p、随机数生成器）改为采样。:meth:`Engine.cancel` 让请求提前离开
+（如命中停止串、客户端断开），它的块立即归还。
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..lm.generate import check_eos_id, next_token_distribution
+from ..lm.generate import check_eos_id
 from ..specials import BOS, PAD
 from .._checks import flag
 from ._validate import check_model, check_suppress_ids
 from .paged_cache import PagedKVCache
 from .ragged import check_prompts
+from .sampling import Sampling, pick_tokens
 
 __all__ = ["Request", "Engine"]
 
@@ -48,6 +51,7 @@ class Request:
     first_token_time: float | None = None
     finish_time: float | None = None
     slot_steps: list[tuple[int, int]] = field(default_factory=list)  # (引擎步号, 槽位号)
+    sampling: Sampling | None = None  # None = 贪心
 
     @property
     def done(self) -> bool:
@@ -55,7 +59,7 @@ class Request:
 
 
 class Engine:
-    """连续批处理 + 分页 K/V 缓存的贪心生成引擎。
+    """连续批处理 + 分页 K/V 缓存的生成引擎（默认贪心，单个请求可以采样）。
 
     ``max_batch``：同时运行的序列上限；``token_budget``：一步里送进模型的词元总数上限（预填充 + 解码）；
     ``num_blocks``/``block_size``：分页缓存的大小（默认够 ``max_batch`` 条满长序列）；``prefix_caching``：共用前缀块。
@@ -94,9 +98,15 @@ class Engine:
         self._ids = itertools.count()
 
     # ---------------------------------------------------------------- 提交
-    def add_request(self, prompt, max_new_tokens: int, arrival: float | None = None) -> Request:
-        """排队一个请求（检查方式与 :func:`~.ragged.greedy_batch` 相同），返回它的 :class:`Request`。"""
+    def add_request(self, prompt, max_new_tokens: int, arrival: float | None = None, *,
+                    sampling: Sampling | None = None) -> Request:
+        """排队一个请求（检查方式与 :func:`~.ragged.greedy_batch` 相同），返回它的 :class:`Request`。
+
+        ``sampling``：这个请求的取词方式（:class:`~.sampling.Sampling`）；``None`` 为贪心。
+        """
         (prompt,) = check_prompts(self.model, [prompt], [max_new_tokens])
+        if sampling is not None and not isinstance(sampling, Sampling):
+            raise TypeError(f"sampling 应是 Sampling（如 Sampling(temperature=0.8)）或 None，收到 {type(sampling).__name__}")
         manager = self.cache.manager
         if manager.blocks_needed(len(prompt) + max_new_tokens) > manager.num_blocks:
             raise ValueError(
@@ -106,7 +116,8 @@ class Engine:
             )
         if arrival is not None and not math.isfinite(arrival):
             raise ValueError(f"arrival 应是有限的时刻（秒），收到 {arrival!r}")
-        request = Request(prompt, max_new_tokens, next(self._ids), time.perf_counter() if arrival is None else arrival)
+        request = Request(prompt, max_new_tokens, next(self._ids), time.perf_counter() if arrival is None else arrival,
+                          sampling=sampling)
         if max_new_tokens == 0:  # 不生成词元：立即结束，没有“第一个词元”（TTFT 不计它）
             request.finish_time = request.arrival
         else:
@@ -135,9 +146,27 @@ class Engine:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def cancel(self, request: Request) -> None:
+        """让一个请求提前离开（已经生成的 ``output`` 保留）：移出等待队列或槽位，归还它的块；已结束的请求不变。"""
+        if not isinstance(request, Request):
+            raise TypeError(f"request 应是 Request，收到 {type(request).__name__}")
+        if request.done:
+            return
+        for i, queued in enumerate(self.waiting):
+            if queued is request:
+                del self.waiting[i]
+                break
+        else:
+            slot = next((s for s, r in self.running.items() if r is request), None)
+            if slot is None:
+                raise ValueError(f"request（request_id={request.request_id}）不在这个引擎里")
+            self.cache.manager.free(request.request_id)
+            del self.running[slot]
+        request.finish_time = time.perf_counter()
+
     # ---------------------------------------------------------------- 一步
-    def _next_tokens(self, logits: torch.Tensor) -> list[int]:
-        return next_token_distribution(logits, 1.0, None, None, self.suppress_ids).argmax(dim=-1).tolist()
+    def _next_tokens(self, logits: torch.Tensor, requests: list[Request]) -> list[int]:
+        return pick_tokens(logits, [r.sampling for r in requests], self.suppress_ids)
 
     def _emit(self, slot: int, request: Request, token: int, now: float) -> None:
         request.output.append(token)
@@ -199,7 +228,7 @@ class Engine:
             logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)[0, last]  # (B, V)
         self.peak_held_bytes = max(self.peak_held_bytes, self.cache.held_bytes())
         now = time.perf_counter()
-        for (slot, request, _), token in zip(work, self._next_tokens(logits)):
+        for (slot, request, _), token in zip(work, self._next_tokens(logits, [r for _, r, _ in work])):
             request.slot_steps.append((self.steps, slot))
             self._emit(slot, request, token, now)
 
@@ -226,7 +255,7 @@ class Engine:
         """
         for request in self._new_requests(requests):
             queued = self.add_request(request.prompt, request.max_new_tokens,
-                                      arrival=request.arrival if request.arrival else None)
+                                      arrival=request.arrival if request.arrival else None, sampling=request.sampling)
             request.prompt, request.request_id, request.arrival = queued.prompt, queued.request_id, queued.arrival
             request.finish_time = queued.finish_time
             if not queued.done:  # add_request 把它的副本排在队尾：换成调用方自己的对象

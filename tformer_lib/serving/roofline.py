@@ -32,6 +32,7 @@ import time
 import torch
 
 from .._checks import positive_int
+from ..lm.cache import lm_kv_cache_bytes_per_token
 from ..lm.config import LMConfig
 
 __all__ = [
@@ -109,7 +110,7 @@ def lm_forward_bytes(config: LMConfig, batch: int, new_tokens: int, context: int
     e = bytes_per_element
     weights = lm_weight_elements(c)["total"] * e
     kv_dim = c.kv_heads * c.d_k
-    kv_cache = c.n_layers * batch * context * 2 * kv_dim * e  # 每层读出 context 个位置的 K 与 V
+    kv_cache = batch * context * lm_kv_cache_bytes_per_token(c, e)  # 每层读出 context 个位置的 K 与 V
     rows = batch * new_tokens
     hidden = _ffn_matrices(c) - 1  # 前馈隐藏层的份数：W_1（SwiGLU 再加 W_3）的输出
     per_row = (

@@ -1,0 +1,234 @@
+"""读 Hugging Face 的模型目录（``config.json`` + safetensors）成本书的 :class:`~tformer_lib.lm.DecoderOnlyLM`。
+
+支持四个家族（``model_type``），各自与本书配置的对应：
+
+- ``gpt2``：可学习位置、LayerNorm、GELU（``gelu`` 精确；``gelu_new``/``gelu_pytorch_tanh`` 是 tanh 近似）、
+  全部线性层带偏置、通常共享词嵌入；
+- ``llama``：RoPE、RMSNorm、SwiGLU，偏置由 ``attention_bias``（q/k/v 与 W^O）和 ``mlp_bias`` 决定（常为无）；
+- ``mistral``：同 llama、没有偏置，另有滑动窗口 ``sliding_window``；
+- ``qwen2``：同 llama，只有 q/k/v 带偏置。
+
+HF 的 RoPE 是“前后两半”（rotate-half）的约定，与 :func:`~tformer_lib.positional.apply_rope` 相同，权重无需重排。
+权重按名字对应：``q_proj/k_proj/v_proj/o_proj`` → ``w_q/w_k/w_v/w_o``，``gate_proj`` → ``w_1``、
+``up_proj`` → ``w_3``、``down_proj`` → ``w_2``；GPT-2 的 ``Conv1D`` 存的是转置的矩阵（``x @ W``），
+融合的 ``c_attn`` 按输出维切成 q、k、v 三份。
+
+我们表达不了的设置（RoPE 缩放、比上下文短的滑动窗口、别的激活函数……）一律报错并指出字段名，
+绝不悄悄给出一个不同的模型。
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from .config import LMConfig
+from .hf_tokenizer import read_tokenizer_dir
+from .hf_weights import UnsupportedHFConfig, hf_to_lm_state
+from .model import DecoderOnlyLM
+
+__all__ = ["HF_MODEL_TYPES", "HFModel", "UnsupportedHFConfig", "hf_to_lm_config", "load_hf"]
+
+HF_MODEL_TYPES = ("llama", "qwen2", "mistral", "gpt2")
+_LLAMA_LIKE = ("llama", "qwen2", "mistral")
+#: GPT-2 的 ``activation_function`` → 我们的 ``activation``（gelu_new 与 gelu_pytorch_tanh 都是 tanh 近似）
+_GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+class HFModel(NamedTuple):
+    """:func:`load_hf` 的结果，可以直接解包：``model, tokenizer = load_hf(path)``。"""
+
+    model: DecoderOnlyLM
+    tokenizer: object  # CharTokenizer | HFTokenizer | None（目录里没有 tokenizer.json 时）
+
+
+def _refuse(field: str, value, expected: str) -> UnsupportedHFConfig:
+    return UnsupportedHFConfig(f"Hugging Face 配置的字段 {field}={value!r} 不受支持：{expected}")
+
+
+def _rope_base(hf: dict) -> float:
+    """RoPE 的 base（θ）：新版写在 ``rope_parameters``，旧版是顶层的 ``rope_theta`` 与 ``rope_scaling``。"""
+    scaling = hf.get("rope_scaling")
+    if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "default":
+        raise _refuse("rope_scaling", scaling, "RoPE 缩放（linear、dynamic、yarn、llama3……）尚未实现，只支持 None")
+    params = hf.get("rope_parameters") or {}
+    if params.get("rope_type", "default") != "default":
+        raise _refuse("rope_parameters.rope_type", params["rope_type"], "RoPE 缩放尚未实现，只支持 'default'")
+    for field in ("partial_rotary_factor",):
+        for source, name in ((params, f"rope_parameters.{field}"), (hf, field)):
+            if source.get(field, 1.0) != 1.0:
+                raise _refuse(name, source[field], "只支持整个头都旋转（1.0）")
+    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+
+
+def _check_window(hf: dict, context: int) -> None:
+    """滑动窗口（sliding window）只在窗口 ≥ 我们运行的上下文时等同于普通因果注意力。"""
+    window = hf.get("sliding_window")
+    used = hf.get("use_sliding_window", True) if hf["model_type"] == "qwen2" else True
+    layer_types = hf.get("layer_types")
+    if hf["model_type"] == "qwen2" and layer_types is not None:
+        used = "sliding_attention" in layer_types
+    if used and window is not None and window < context:
+        raise _refuse(
+            "sliding_window", window,
+            f"滑动窗口注意力尚未实现；窗口不比上下文 {context} 短时才与因果注意力相同"
+            f"（可用 load_hf(..., max_len={window}) 只在窗口以内运行）",
+        )
+
+
+def hf_to_lm_config(hf: dict, max_len: int | None = None) -> LMConfig:
+    """把 ``config.json`` 的字典翻译成 :class:`LMConfig`；表达不了的设置抛 :class:`UnsupportedHFConfig`。
+
+    ``max_len`` 默认取 ``max_position_embeddings``（GPT-2 是 ``n_positions``）；可以给得更小（只在更短的上下文里运行）。
+    """
+    kind = hf.get("model_type")
+    if kind not in HF_MODEL_TYPES:
+        raise _refuse("model_type", kind, f"只支持 {HF_MODEL_TYPES}")
+    if kind == "gpt2":
+        return _gpt2_config(hf, max_len)
+    if hf.get("hidden_act", "silu") != "silu":
+        raise _refuse("hidden_act", hf["hidden_act"], f"{kind} 的门控前馈网络只支持 'silu'（SwiGLU）")
+    d_model, heads = hf["hidden_size"], hf["num_attention_heads"]
+    head_dim = hf.get("head_dim")
+    if head_dim is not None and head_dim * heads != d_model:
+        raise _refuse("head_dim", head_dim, f"只支持 head_dim = hidden_size / num_attention_heads = {d_model / heads:g}")
+    if kind == "llama":
+        qkv_bias = out_bias = hf.get("attention_bias", False)
+        ffn_bias = hf.get("mlp_bias", False)
+    else:  # Qwen2 的 q/k/v 有偏置、W^O 与 FFN 没有；Mistral 全无（两者都写死在 transformers 的代码里）
+        qkv_bias, out_bias, ffn_bias = kind == "qwen2", False, False
+    limit = hf.get("max_position_embeddings", 2048)
+    context = _context(max_len, limit, "max_position_embeddings")
+    _check_window(hf, context)
+    return LMConfig(
+        vocab_size=hf["vocab_size"], d_model=d_model, n_heads=heads,
+        n_kv_heads=hf.get("num_key_value_heads") or heads, n_layers=hf["num_hidden_layers"],
+        d_ff=hf["intermediate_size"], max_len=context, positional="rope", norm="rms", norm_first=True,
+        activation="swiglu", tie_embeddings=bool(hf.get("tie_word_embeddings", False)), dropout=0.0, fast_attention=True,
+        rope_base=_rope_base(hf), qkv_bias=qkv_bias, out_bias=out_bias, ffn_bias=ffn_bias,
+        norm_eps=float(hf.get("rms_norm_eps", 1e-6)), pad_id=_pad_id(hf),
+    )
+
+
+def _gpt2_config(hf: dict, max_len: int | None) -> LMConfig:
+    act = hf.get("activation_function", "gelu_new")
+    if act not in _GPT2_ACTIVATIONS:
+        raise _refuse("activation_function", act, f"只支持 {sorted(_GPT2_ACTIVATIONS)}")
+    for field, wanted in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                          ("add_cross_attention", False)):
+        if hf.get(field, wanted) != wanted:
+            raise _refuse(field, hf[field], f"只支持 {wanted}（标准 GPT-2 的缩放点积自注意力）")
+    d_model = hf["n_embd"]
+    return LMConfig(
+        vocab_size=hf["vocab_size"], d_model=d_model, n_heads=hf["n_head"], n_layers=hf["n_layer"],
+        d_ff=hf.get("n_inner") or 4 * d_model, max_len=_context(max_len, hf["n_positions"], "n_positions"),
+        positional="learned", norm="layer", norm_first=True, activation=_GPT2_ACTIVATIONS[act],
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), dropout=0.0, fast_attention=True,
+        norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), pad_id=_pad_id(hf),
+    )
+
+
+def _context(max_len: int | None, limit: int, field: str) -> int:
+    if max_len is None:
+        return int(limit)
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 0 < max_len <= limit:
+        raise ValueError(f"max_len 应是 (0, {field}={limit}] 内的整数或 None，收到 {max_len!r}")
+    return max_len
+
+
+def _pad_id(hf: dict) -> int:
+    """填充 id 只影响训练时哪些目标不计损失；HF 配置没有（或越界）时用本库的 PAD=0。"""
+    pad = hf.get("pad_token_id")
+    return pad if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < hf["vocab_size"] else 0
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """读 ``model.safetensors``，或分片的 ``model.safetensors.index.json`` 列出的全部分片。"""
+    from safetensors.torch import load_file
+
+    single, index = path / "model.safetensors", path / "model.safetensors.index.json"
+    if single.is_file():
+        return load_file(single)
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        tensors = {}
+        for shard in sorted(set(weight_map.values())):
+            tensors.update(load_file(path / shard))
+        missing = sorted(set(weight_map) - set(tensors))
+        if missing:
+            raise ValueError(f"{index} 列出的张量在分片里找不到：{missing[:5]}")
+        return tensors
+    present = sorted(p.name for p in path.iterdir())
+    raise FileNotFoundError(f"{path} 里没有 model.safetensors 或 model.safetensors.index.json（只读 safetensors），目录里有 {present}")
+
+
+def _resolve_dtype(dtype, hf: dict):
+    if dtype is None:
+        name = hf.get("dtype", hf.get("torch_dtype"))
+        return _DTYPES.get(name, torch.float32) if isinstance(name, str) else torch.float32
+    if isinstance(dtype, str):
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype 应是 torch.dtype 或 {sorted(_DTYPES)} 之一，收到 {dtype!r}")
+        return _DTYPES[dtype]
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype 应是浮点的 torch.dtype、它的名字或 None，收到 {dtype!r}")
+    return dtype
+
+
+def load_hf(path: str | os.PathLike, dtype=None, *, max_len: int | None = None) -> HFModel:
+    """读 Hugging Face 模型目录，返回 :class:`HFModel` ``(model, tokenizer)``（eval 模式，在 CPU 上）。
+
+    - 目录里要有 ``config.json``，以及 ``model.safetensors`` 或分片的 ``model.safetensors.index.json``；
+      ``model_type`` 是 ``llama``、``qwen2``、``mistral``、``gpt2`` 之一；
+    - ``tokenizer`` 总是返回：目录里有 ``tokenizer.json`` 时是分词器（本书 :func:`save_hf` 写的字符词表还原成
+      :class:`~tformer_lib.text.CharTokenizer`，别的包成 :class:`~tformer_lib.lm.hf_tokenizer.HFTokenizer`），没有时是 None；
+    - ``dtype=None`` 保持检查点的精度（``config.json`` 的 ``dtype``/``torch_dtype``，没写时 float32）；
+      也可给 ``torch.float32`` 之类或它的名字 ``"float32"``；
+    - ``max_len`` 默认是配置的 ``max_position_embeddings``（GPT-2 为 ``n_positions``）；给得更小时只在这个上下文里运行
+      （例如窗口 4096 的 Mistral-7B-v0.1 用 ``max_len=4096``，这时滑动窗口不起作用，模型是精确的）。
+
+    注意力走快速路径（``fast_attention=True``）；要看注意力权重时 ``model.set_fast_attention(False)``。
+    配置里有表达不了的设置时抛 :class:`UnsupportedHFConfig`（``ValueError`` 的子类），消息里写明字段。
+    """
+    path = Path(path)
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{path} 不是 Hugging Face 模型目录：缺少 config.json")
+    hf = json.loads(config_file.read_text(encoding="utf-8"))
+    config = hf_to_lm_config(hf, max_len)
+    dtype = _resolve_dtype(dtype, hf)
+    tensors = _read_safetensors(path)
+    state = hf_to_lm_state(hf["model_type"], tensors, config.n_layers)
+    if config.tie_embeddings:
+        head = state.pop("lm_head.weight", None)  # 共享时 HF 通常不存它；存了就必须与词嵌入相同
+        if head is not None and not torch.equal(head, state["tok_embed.weight"]):
+            raise UnsupportedHFConfig("tie_word_embeddings=True，但权重里的 lm_head.weight 与词嵌入不同：不能共享")
+    elif "lm_head.weight" not in state:
+        raise UnsupportedHFConfig("tie_word_embeddings=False，但权重里没有 lm_head.weight")
+    with torch.device("meta"):  # 先在 meta 设备上搭架子：不分配、不初始化，权重直接换成读到的张量
+        model = DecoderOnlyLM(config)
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    except RuntimeError as exc:  # 形状不符
+        raise UnsupportedHFConfig(f"权重的形状与 config.json 不符：{exc}") from exc
+    if config.tie_embeddings:
+        model.lm_head.weight = model.tok_embed.weight
+        missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise UnsupportedHFConfig(
+            f"权重与配置不一致：缺少 {sorted(missing)[:8]}，多出 {sorted(unexpected)[:8]}（检查偏置字段与 tie_word_embeddings）"
+        )
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"这些张量没有从检查点读到：{left[:8]}")
+    tokenizer = read_tokenizer_dir(path, hf)
+    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"{path / 'tokenizer.json'} 的词表有 {tokenizer.vocab_size} 个词元，比模型的 vocab_size={config.vocab_size} 多")
+    return HFModel(model.eval(), tokenizer)
+

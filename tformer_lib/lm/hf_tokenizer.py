@@ -1,0 +1,139 @@
+"""Hugging Face 的 ``tokenizer.json`` 与本书分词器之间的转换（``tokenizers`` 包，用到时才导入）。
+
+- 写：本书的字符分词器 :class:`~tformer_lib.text.CharTokenizer` → 一个词级模型（word-level model）：
+  词表原样（PAD/BOS/EOS/UNK 占 id 0–3，名字用本库的 ``<pad>``、``<bos>``、``<eos>``、``<unk>``），
+  预分词（pre-tokenizer）把文本切成单个字符，解码器（decoder）把字符直接拼起来（``Fuse``）。
+  ``tokenizers.Tokenizer.from_file`` 与 ``transformers.PreTrainedTokenizerFast(tokenizer_file=…)`` 都能读。
+- 读：这样写出的文件还原成同一个 :class:`~tformer_lib.text.CharTokenizer`（词表逐项相同）；
+  别的 ``tokenizer.json``（GPT-2、LLaMA 的 BPE……）包成 :class:`HFTokenizer`，接口与本书的分词器相同。
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..specials import SPECIAL_TOKENS
+from ..text import CharTokenizer
+from ..text._common import check_text, id_list
+
+__all__ = ["HFTokenizer", "char_tokenizer_json", "read_tokenizer_dir", "tokenizer_json_text"]
+
+#: 我们写出的字符分词器用的预分词正则：每个字符（含换行）单独成一个“词”
+CHAR_PATTERN = r"[\s\S]"
+
+
+def _tokenizers():
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # 与 text/fast.py 相同：2 核机器上不开多线程
+    import tokenizers
+
+    return tokenizers
+
+
+class HFTokenizer:
+    """``tokenizers.Tokenizer`` 的薄包装，接口与本书的分词器相同：``encode`` / ``decode`` / ``vocab_size``。
+
+    ``bos_id``、``eos_id``、``pad_id`` 来自模型目录里的 ``config.json``/``generation_config.json``
+    （没有时为 None）；生成时把 ``eos_id`` 传给 :func:`~tformer_lib.lm.generate`。
+    """
+
+    kind = "hf"
+
+    def __init__(self, tokenizer, bos_id: int | None = None, eos_id: int | None = None, pad_id: int | None = None):
+        tk = _tokenizers()
+        if not isinstance(tokenizer, tk.Tokenizer):
+            raise TypeError(f"tokenizer 应是 tokenizers.Tokenizer，收到 {type(tokenizer).__name__}")
+        self.tokenizer = tokenizer
+        self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer(vocab_size={self.vocab_size}, bos_id={self.bos_id}, eos_id={self.eos_id})"
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        """文本 → id；``add_bos``/``add_eos`` 只在模型有 BOS/EOS 时可用。"""
+        for name, wanted, token_id in (("add_bos", add_bos, self.bos_id), ("add_eos", add_eos, self.eos_id)):
+            if wanted and token_id is None:
+                raise ValueError(f"{name}=True，但这个模型目录没有给出 {name[4:]}_token_id")
+        ids = self.tokenizer.encode(check_text("text", text), add_special_tokens=False).ids
+        return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
+
+    def decode(self, ids, stop_at_eos: bool = True) -> str:
+        """id → 文本；默认遇 ``eos_id`` 停；BOS、PAD 与标成特殊的词元不显示（与本书的分词器相同）。"""
+        ids = id_list(ids, self.vocab_size)
+        if stop_at_eos and self.eos_id is not None and self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
+        hidden = {self.bos_id, self.pad_id} - {None}
+        return self.tokenizer.decode([i for i in ids if i not in hidden], skip_special_tokens=True)
+
+    def to_json(self) -> str:
+        return self.tokenizer.to_str()
+
+
+def char_tokenizer_json(tokenizer: CharTokenizer) -> str:
+    """本书的字符分词器 → ``tokenizer.json`` 的文本（词级模型 + 逐字符预分词 + 直接拼接的解码器）。"""
+    tk = _tokenizers()
+    vocab = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
+    out = tk.Tokenizer(tk.models.WordLevel(vocab, unk_token=SPECIAL_TOKENS[3]))
+    out.pre_tokenizer = tk.pre_tokenizers.Split(tk.Regex(CHAR_PATTERN), behavior="isolated")
+    out.decoder = tk.decoders.Fuse()
+    out.add_special_tokens([tk.AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    return out.to_str()
+
+
+def tokenizer_json_text(tokenizer) -> str:
+    """任一可导出的分词器 → ``tokenizer.json`` 的文本：字符分词器、:class:`HFTokenizer`，
+    或带 ``tokenizers.Tokenizer`` 属性 ``tokenizer`` 的包装（如 :class:`~tformer_lib.text.FastBPETokenizer`）。"""
+    if isinstance(tokenizer, CharTokenizer):
+        return char_tokenizer_json(tokenizer)
+    inner = getattr(tokenizer, "tokenizer", None)
+    if inner is not None and isinstance(inner, _tokenizers().Tokenizer):
+        return inner.to_str()
+    raise TypeError(
+        f"tokenizer 应是 CharTokenizer、HFTokenizer 或包着 tokenizers.Tokenizer 的分词器，收到 {type(tokenizer).__name__}"
+    )
+
+
+def _as_char_tokenizer(data: dict) -> CharTokenizer | None:
+    """若 ``tokenizer.json`` 正是 :func:`char_tokenizer_json` 的格式，还原成 :class:`CharTokenizer`；否则 None。"""
+    model, pre = data.get("model") or {}, data.get("pre_tokenizer") or {}
+    if model.get("type") != "WordLevel" or pre.get("type") != "Split" or (pre.get("pattern") or {}).get("Regex") != CHAR_PATTERN:
+        return None
+    itos = sorted(model.get("vocab", {}), key=model["vocab"].get)
+    if [model["vocab"][t] for t in itos] != list(range(len(itos))) or tuple(itos[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+        return None
+    if not all(len(t) == 1 for t in itos[len(SPECIAL_TOKENS):]):
+        return None
+    return CharTokenizer(itos[len(SPECIAL_TOKENS):])
+
+
+def read_tokenizer_dir(path: Path, config: dict) -> CharTokenizer | HFTokenizer | None:
+    """读模型目录里的 ``tokenizer.json``；没有这个文件时返回 None。"""
+    file = Path(path) / "tokenizer.json"
+    if not file.is_file():
+        return None
+    text = file.read_text(encoding="utf-8")
+    char = _as_char_tokenizer(json.loads(text))
+    if char is not None:
+        return char
+    generation = Path(path) / "generation_config.json"
+    extra = json.loads(generation.read_text(encoding="utf-8")) if generation.is_file() else {}
+
+    def first_id(name: str) -> int | None:
+        value = config.get(name, extra.get(name))
+        if value is None:
+            value = extra.get(name)
+        if isinstance(value, list):  # LLaMA-3 等把几个结束词元写成列表：取第一个
+            value = value[0] if value else None
+        return value
+
+    return HFTokenizer(
+        _tokenizers().Tokenizer.from_str(text), first_id("bos_token_id"), first_id("eos_token_id"), first_id("pad_token_id")
+    )
