@@ -127,13 +127,15 @@ def test_int4_linear_is_exactly_the_matmul_with_its_dequantized_weight(group):
 CONFIGS = [
     LMConfig(vocab_size=300, d_model=128, n_heads=4, n_layers=2, d_ff=256, max_len=32),
     LMConfig(vocab_size=300, d_model=128, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=256, max_len=32,
-             positional="rope", norm="rms", activation="swiglu", tie_embeddings=False),
+             positional="rope", norm="rms", activation="swiglu", tie_embeddings=False, qkv_bias=False, out_bias=False,
+             ffn_bias=False),
+    LMConfig(vocab_size=300, d_model=128, n_heads=4, n_layers=1, d_ff=256, max_len=32, out_bias=False, ffn_bias=False),
     LMConfig(vocab_size=300, d_model=128, n_heads=8, n_layers=1, d_ff=384, max_len=16, positional="sinusoidal",
              norm_first=False),
 ]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["gpt", "llama-like", "post-ln"])
+@pytest.mark.parametrize("config", CONFIGS, ids=["gpt", "llama-like", "qkv-bias-only", "post-ln"])
 def test_weight_bytes_formula_equals_the_tensors_nbytes(config):
     assert parameter_count(config) == sum(p.numel() for p in make_lm(config).parameters())
     for fmt in WEIGHT_FORMATS:
@@ -193,3 +195,20 @@ def test_kv_bytes_and_sessions():
         kv_bytes_per_token(c, "int4")
     with pytest.raises(TypeError, match="config_or_model"):
         weight_bytes("llama", "int8")
+
+
+def test_real_model_rows_use_the_presets():
+    from tformer_lib.lm import PRESETS
+    from tformer_lib.quant.real_models import real_model_rows
+
+    rows = real_model_rows(("llama-2-7b",), context=4096)
+    assert [r["weights"] for r in rows] == ["bf16", "int8", "int4-g128"]
+    c = PRESETS["llama-2-7b"]
+    with torch.device("meta"):
+        assert rows[0]["parameters"] == sum(p.numel() for p in make_lm(c).parameters())
+    assert rows[0]["weight_bytes"] == 2 * rows[0]["parameters"]
+    assert rows[0]["kv_bytes_per_token"] == {"bf16": 2 * 32 * 32 * 128 * 2, "int8": 2 * 32 * 32 * (128 + 4)}
+    assert rows[1]["weight_bytes"] < rows[0]["weight_bytes"] / 1.9 and rows[2]["weight_bytes"] < rows[1]["weight_bytes"]
+    assert rows[0]["sessions"]["bf16"] == (80 * 10**9 - rows[0]["weight_bytes"]) // (4096 * 2 * 32 * 32 * 128 * 2)
+    with pytest.raises(ValueError, match="预设"):
+        real_model_rows(("gpt-5",))

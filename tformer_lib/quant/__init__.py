@@ -1,7 +1,7 @@
 """量化（quantization）：权重只量化的 int8 / int4 线性层、int8 K/V 缓存，以及每种格式的字节公式（第 14 章）。
 
 层次（只向下依赖）：affine（对称量化的公式）→ int4_packing（两个 4 位数一字节）→ linear（Int8Linear、Int4Linear）
-→ quantize（``quantize_model``）→ kv_cache（int8 K/V 缓存，接进 LMCache 与 PagedKVCache）→ sizes（字节公式）
+→ quantize（``quantize_model``）→ kv_cache（int8 K/V 缓存，接进 LMCache 与 PagedKVCache）→ sizes（字节公式）→ real_models（LLaMA-2 的账）
 → measure（在随书模型上量质量，``python -m tformer_lib.quant.measure``）。
 """
 

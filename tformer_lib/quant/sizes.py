@@ -64,13 +64,14 @@ def linear_shapes(config_or_model) -> list[tuple[str, int, int]]:
 
 
 def parameter_count(config_or_model) -> int:
-    """模型的参数个数（共享的矩阵只算一次）：嵌入、每块的投影（含偏置）与归一化、末层归一化、不共享时的输出层。"""
+    """模型的参数个数（共享的矩阵只算一次）：嵌入、每块的投影（及配置里打开的偏置）与归一化、末层归一化、不共享时的输出层。"""
     c = _config(config_or_model)
     norm = 2 * c.d_model if c.norm == "layer" else c.d_model  # LayerNorm 有 γ 与 β，RMSNorm 只有 γ
     kv_dim = c.kv_heads * c.d_k
-    attention = 2 * (c.d_model * c.d_model + c.d_model) + 2 * (c.d_model * kv_dim + kv_dim)  # W^Q、W^O、W^K、W^V 与偏置
+    attention = 2 * c.d_model * c.d_model + 2 * c.d_model * kv_dim  # W^Q、W^O、W^K、W^V
+    attention += (c.d_model + 2 * kv_dim) * c.qkv_bias + c.d_model * c.out_bias  # 它们的偏置（有的模型没有）
     n_ffn_in = 2 if c.activation == "swiglu" else 1  # W_1（和 SwiGLU 的 W_3）：d_model → d_ff
-    ffn = n_ffn_in * (c.d_model * c.d_ff + c.d_ff) + c.d_ff * c.d_model + c.d_model
+    ffn = n_ffn_in * c.d_model * c.d_ff + c.d_ff * c.d_model + (n_ffn_in * c.d_ff + c.d_model) * c.ffn_bias
     total = c.vocab_size * c.d_model + c.n_layers * (attention + ffn + 2 * norm)
     total += c.max_len * c.d_model if c.positional == "learned" else 0
     total += norm if c.norm_first else 0  # pre-LN 末层的归一化
@@ -134,3 +135,4 @@ def sessions_per_memory(config_or_model, weight_fmt: str, kv_fmt: str, context: 
     positive_int("memory_bytes", memory_bytes)
     free = memory_bytes - weight_bytes(config_or_model, weight_fmt, dtype)
     return max(0, free // (kv_bytes_per_token(config_or_model, kv_fmt) * context))
+
