@@ -164,7 +164,8 @@ def _cmd_lm_train(args) -> int:
     if args.resume:
         trainer.load_state_dict(ckpt["trainer"])  # 含随机数状态：续训与一口气训完逐位相同
     end = recipe["total_steps"] if args.steps is None else min(recipe["total_steps"], trainer.step + args.steps)
-    log = MetricsLog(metrics_path(out), trainer, resume=bool(args.resume)) if is_rank0() else None
+    log = MetricsLog(metrics_path(out), trainer,
+                     resume_from=metrics_path(args.resume) if args.resume else None) if is_rank0() else None
     if is_rank0():
         m = recipe["model"]
         stage(f"开始训练：第 {trainer.step + 1}–{end} 步（调度共 {recipe['total_steps']} 步），"

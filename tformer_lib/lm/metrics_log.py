@@ -47,16 +47,17 @@ class MetricsLog:
     """把 :class:`~tformer_lib.lm.LMTrainer` 的逐步记录追加到 JSON-lines 文件。
 
     ``log(trainer)`` 写出上次写入之后的所有步；可以当作 ``trainer.fit(callback=…)`` 的回调（每次评估后调用），
-    也可以在每次保存检查点时调用。``resume=False`` 时清空旧文件。
+    也可以在每次保存检查点时调用。``resume_from``（续训时：原检查点的指标文件）给出时先抄下其中
+    不晚于 ``trainer.step`` 的行，否则清空旧文件。
     """
 
-    def __init__(self, path: str | os.PathLike, trainer, resume: bool = False):
+    def __init__(self, path: str | os.PathLike, trainer, resume_from: str | os.PathLike | None = None):
         self.path = Path(path)
         self.written = trainer.step  # 已写到第几步
         self._tokens, self._seconds = trainer.tokens_seen, trainer.seconds
         kept = []
-        if resume and self.path.is_file():
-            kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= trainer.step]
+        if resume_from is not None and Path(resume_from).is_file():
+            kept = [r for r in read_metrics(resume_from) if r.get("step", 0) <= trainer.step]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("w", encoding="utf-8") as f:
             for row in kept:
