@@ -35,6 +35,37 @@ echo "== 2/4 笔记本回归：从轮子安装到新的虚拟环境，在仓库�
 bash scripts/test_installed.sh
 timing
 
+# 书里打印的数字不能依赖 CPU 的指令集：在同一台机器上用 PyTorch 的另外两种 CPU 内核（AVX2 与不向量化的 default）
+# 各跑一遍全部笔记本的 nbval（上一步已用本机默认的内核跑过）。两个进程并行、各自单线程，CI 只多一遍 nbval 的时间。
+# 单独检查一章：ATEN_CPU_CAPABILITY=default python -m pytest notebooks/07_training.ipynb --nbval --nbval-current-env \
+#   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q
+echo "== 2b 笔记本回归与 CPU 指令集无关：ATEN_CPU_CAPABILITY=avx2 与 =default 下各跑一遍 nbval（并行）"
+caps="default"
+[ "$(uname -m)" = x86_64 ] && caps="avx2 default"  # AVX2 只在 x86 上有；ARM 上只比较 default
+cap_dir="$(mktemp -d "${TMPDIR:-/tmp}/tformer-cap.XXXXXX")"
+pids=()
+for cap in $caps; do
+  mkdir -p "$cap_dir/$cap/cache"
+  ( start=$(date +%s) rc=0
+    ATEN_CPU_CAPABILITY=$cap TFORMER_CACHE="$cap_dir/$cap/cache" MPLCONFIGDIR="$cap_dir/$cap/mpl" \
+      python -m pytest notebooks --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
+      -p no:cacheprovider -q > "$cap_dir/$cap/log" 2>&1 || rc=$?
+    echo "   ATEN_CPU_CAPABILITY=$cap：$(tail -n 1 "$cap_dir/$cap/log")（用时 $(( $(date +%s) - start )) 秒）"
+    exit $rc ) &
+  pids+=($!)
+done
+cap_failed=0
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || cap_failed=1
+done
+if [ "$cap_failed" != 0 ]; then
+  for cap in $caps; do echo "---- ATEN_CPU_CAPABILITY=$cap"; grep -E "^(FAILED|ERROR)" "$cap_dir/$cap/log" || true; done
+  echo "有笔记本的输出依赖 CPU 指令集（完整日志：$cap_dir）" >&2
+  exit 1
+fi
+rm -rf "$cap_dir"
+timing
+
 echo "== 3/4 构建全书（警告即错误）"
 bash scripts/build_book.sh
 timing

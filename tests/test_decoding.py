@@ -175,8 +175,9 @@ def test_sampling_top1_is_greedy_and_generator_makes_it_reproducible():
     s1 = sample_decode(model, src, max_len=8, temperature=1.5, top_k=5, generator=torch.Generator().manual_seed(3))
     s2 = sample_decode(model, src, max_len=8, temperature=1.5, top_k=5, generator=torch.Generator().manual_seed(3))
     assert torch.equal(s1, s2)
+    assert torch.equal(sample_decode(model, src, max_len=8, temperature=0), greedy_decode(model, src, max_len=8))
     with pytest.raises(ValueError, match="temperature"):
-        sample_decode(model, src, temperature=0)
+        sample_decode(model, src, temperature=-0.5)
     with pytest.raises(ValueError, match="top_k"):
         sample_decode(model, src, top_k=0)
 

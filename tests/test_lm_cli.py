@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from tformer_lib.cli import main
+from tformer_lib.lm.metrics_log import metrics_path, read_metrics
 from tformer_lib.lm.training import load_lm
+from tformer_lib.plotting.lm import plot_lm_metrics
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +43,43 @@ def test_lm_train_writes_a_resumable_checkpoint(trained, capsys):
     assert main(["lm-train", "--out", str(resumed), "--resume", str(trained), "--steps", "1", "--quiet",
                  "--no-progress"]) == 0
     assert load_lm(resumed)[2]["trainer"]["step"] == 3
-    assert "step 3/100" in capsys.readouterr().out
+    assert "第 3/100 步" in capsys.readouterr().out
+    # 指标文件在检查点旁边；续训接着原来的记录写，第 3 步之前的行原样保留
+    first, again = read_metrics(metrics_path(trained)), read_metrics(metrics_path(resumed))
+    assert [r["step"] for r in first] == [1, 2] and [r["step"] for r in again] == [1, 2, 3]
+    assert again[:2] == first
+    assert [r["loss"] for r in again] == load_lm(resumed)[2]["trainer"]["history"]["step_loss"]
+    assert all(r["tokens_per_s"] > 0 and r["lr"] > 0 for r in again)
+    assert again[-1]["valid_ppl"] > 1 and first[0]["valid_ppl"] is None  # 每次 fit 的最后一步评估
+
+
+def test_lm_train_flags_override_the_recipe(tmp_path, capsys):
+    out = tmp_path / "small.pt"
+    assert main(["lm-train", "--out", str(out), "--steps", "2", "--total-steps", "4", "--warmup", "2", "--lr", "2e-3",
+                 "--batch-size", "4", "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "48",
+                 "--quiet", "--no-progress"]) == 0
+    model, _, ckpt = load_lm(out)
+    c, recipe = model.config, ckpt["extra"]["recipe"]
+    assert (c.d_model, c.n_layers, c.n_heads, c.d_ff) == (32, 1, 2, 48)
+    assert (recipe["lr"], recipe["batch_size"], recipe["warmup"], recipe["total_steps"]) == (2e-3, 4, 2, 4)
+    rows = read_metrics(metrics_path(out))
+    assert rows[1]["lr"] == pytest.approx(2e-3)  # 预热 2 步后到峰值
+    fig = plot_lm_metrics(metrics_path(out))
+    assert len(fig.axes) == 2 and "tokens/s" in fig._suptitle.get_text()
+    capsys.readouterr()
+    assert main(["lm-train", "--out", str(tmp_path / "x.pt"), "--d-model", "30", "--n-heads", "4"]) == 1
+    assert "--d-model" in capsys.readouterr().err
+    assert main(["lm-train", "--out", str(tmp_path / "x.pt"), "--warmup", "500", "--total-steps", "10"]) == 1
+    assert "--warmup" in capsys.readouterr().err
+    assert main(["lm-train", "--out", str(tmp_path / "x.pt"), "--lr", "0"]) == 1
+    assert "--lr" in capsys.readouterr().err
+
+
+def test_help_numbers_match_the_recipe():
+    from tformer_lib.lm.cli import POEM_MODEL
+    from tformer_lib.lm.pretrained import POEM_RECIPE
+
+    assert all(POEM_RECIPE["model"][k] == v for k, v in POEM_MODEL.items())
 
 
 def test_lm_generate_prints_poems(trained, capsys):

@@ -117,7 +117,7 @@ def test_low_temperature_approaches_greedy():
         (dict(prompt=[BOS] * 10, max_new_tokens=11), ValueError, "max_new_tokens=11"),
         (dict(prompt=[]), ValueError, "prompt"),
         (dict(prompt="床前"), TypeError, "prompt"),
-        (dict(prompt=[BOS], temperature=0.0), ValueError, "temperature"),
+        (dict(prompt=[BOS], temperature=-0.1), ValueError, "temperature"),
         (dict(prompt=[BOS], temperature=float("inf")), ValueError, "temperature"),
         (dict(prompt=[BOS], top_k=True), ValueError, "top_k"),
         (dict(prompt=[BOS], top_p=1.5), ValueError, "top_p"),

@@ -30,7 +30,7 @@ def test_torchrun_two_processes_equal_one_process(tmp_path):
     assert single.returncode == 0, single.stderr
     ddp = _run([str(torchrun), "--nproc_per_node", "2", "-m", "tformer_lib", *ARGS, "--out", "ddp.pt"], tmp_path)
     assert ddp.returncode == 0, ddp.stderr
-    assert ddp.stdout.count("saved ") == 1  # 只有 rank 0 打印
+    assert ddp.stdout.count("已保存 ") == 1  # 只有 rank 0 打印
     a, b = load_lm(tmp_path / "single.pt"), load_lm(tmp_path / "ddp.pt")
     sa, sb = a[0].state_dict(), b[0].state_dict()
     assert max(float((sa[k] - sb[k]).abs().max()) for k in sa) <= 1e-5

@@ -48,7 +48,10 @@ def test_fp16_gradients_underflow_and_grad_scaler_fixes_them(poem_batch):
     # 损失缩放 2^16 之后几乎都回来了：为 0 的只剩 fp32 里本来就为 0 的（批里没出现的字的嵌入行）
     assert out["fp16+scaler"]["logit_grad_zero"] < 0.1 * out["fp16"]["logit_grad_zero"]
     assert out["fp16+scaler"]["rel_error"] < 0.2 * out["fp16"]["rel_error"]
-    assert out["fp16+scaler"]["param_grad_zero"] == out["fp32"]["param_grad_zero"]
+    # 与 float64 参照相比，多出来的零：fp16 超过 1%，加缩放后不到万分之一；float32 自己因相消偶尔有几个（随 CPU 而变）
+    assert out["fp16"]["extra_zero"] > 0.01
+    assert out["fp16+scaler"]["extra_zero"] < 1e-4 and out["fp32"]["extra_zero"] < 1e-5
+    assert out["fp16+scaler"]["param_grad_zero"] == pytest.approx(out["fp32"]["param_grad_zero"], abs=1e-5)
     # bf16 的指数范围与 fp32 相同：不下溢，只是尾数少（误差约 1%）
     assert out["bf16"]["logit_grad_zero"] == 0 and out["bf16"]["rel_error"] < 0.05
     for mode in out:

@@ -68,7 +68,8 @@ def _skip_unless_same_torch(path):
         pytest.skip(f"随包检查点由 torch {recorded} 生成，这里是 {torch.__version__}：逐位比较无意义")
     recorded_cpu = load_checkpoint(path)["extra"].get("cpu")
     if recorded_cpu != cpu_fingerprint():
-        pytest.skip(f"随包检查点在另一种 CPU（{recorded_cpu}）上生成，这里是 {cpu_fingerprint()}：逐位比较无意义")
+        pytest.skip(f"逐位复现需要生成 {path.name} 的 CPU 与指令集「{recorded_cpu}」，这里是「{cpu_fingerprint()}」"
+                    "（可用 ATEN_CPU_CAPABILITY 选指令集；换了 CPU 只能比较精度，见其余测试）")
     if torch.get_num_threads() != 1:
         pytest.skip("逐位复现要求单线程（tests/conftest.py 会设为 1）")
 
@@ -172,3 +173,15 @@ def test_cache_dir_env_override(monkeypatch, tmp_path):
     monkeypatch.delenv("TFORMER_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert cache_dir() == tmp_path / "x" / "tformer"
+
+
+def test_fresh_one_epoch_training_reproduces_the_shipped_snapshot(tmp_path):
+    """第 7 章的 1-epoch 快照：在生成它的 CPU 上，单线程现训 1 个 epoch 逐位得到同一份权重。"""
+    path = shipped_checkpoint_path("sinusoidal", epochs=1)
+    assert path.exists(), "运行 build_shipped_checkpoints(which=(('sinusoidal', 1),)) 重新生成"
+    shipped, _, _, hist = load_or_train_toy_model(epochs=1, directory=tmp_path)  # 读随包附带的
+    assert list(tmp_path.iterdir()) == [] and len(hist.epochs) == 1
+    _skip_unless_same_torch(path)
+    fresh, _, _, fresh_hist = load_or_train_toy_model(epochs=1, cache=False)
+    _assert_same_weights(fresh, shipped, "epoch-1 snapshot")
+    assert fresh_hist.step_loss == hist.step_loss

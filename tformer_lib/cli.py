@@ -1,14 +1,18 @@
-"""命令行（command line）：``python -m tformer_lib train | translate | evaluate``。
+"""命令行（command line）：``python -m tformer_lib train | translate | evaluate | lm-train | lm-generate | serve``。
 
 例子::
 
+    python -m tformer_lib translate "狗 咬 人" "人 咬 狗"            # 随库附带的玩具模型，不用先训练
     python -m tformer_lib train --task toy_zh_en --epochs 8 --out toy.pt
-    python -m tformer_lib translate --checkpoint toy.pt "狗 咬 人" "人 咬 狗"
-    python -m tformer_lib evaluate --checkpoint toy.pt --split test --method beam
+    python -m tformer_lib translate --checkpoint toy.pt "狗 咬 人"
+    python -m tformer_lib evaluate --split test --method beam
 
 出错时（检查点不存在或损坏、任务未知、参数不合法）在标准错误上打印一行说明，退出码非 0。
 ``train`` 在开始训练之前就检查 ``--out`` 能否写入，不会训练完才发现存不下。
 ``translate`` 遇到词表外的词（或标点）时在标准错误上警告一行；加 ``--strict`` 则报错退出。
+``translate`` 与 ``evaluate`` 不给 ``--checkpoint`` 时用随库附带的玩具中→英模型（与 ``lm-generate``、``serve`` 一样）。
+``--temperature 0`` 表示贪心（OpenAI 风格客户端的约定）。
+长时间的工作显示进度：终端里是进度条，输出被管道或重定向时每个阶段打印一行（标准错误）。
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m tformer_lib",
-        description="训练、使用与评估《Transformer 原理深讲》的小模型（train / translate / evaluate）。",
+        description="训练、使用与评估《Transformer 原理深讲》的小模型："
+                    "train / translate / evaluate（玩具中→英翻译）、lm-train / lm-generate（唐诗语言模型）、serve（推理服务）。",
     )
     p.add_argument("--threads", type=int, default=None, help="torch 线程数（默认不改；与其他任务共享 CPU 时建议 1）")
     sub = p.add_subparsers(dest="command", required=True, metavar="{train,translate,evaluate}")
@@ -89,11 +94,11 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("translate", help="用检查点翻译句子",
                         description="用训练好的检查点翻译句子；不给句子时从标准输入逐行读取。")
-    tr.add_argument("--checkpoint", required=True, help="检查点路径")
+    tr.add_argument("--checkpoint", default=None, help="检查点路径（默认：随库附带的玩具中→英模型）")
     tr.add_argument("sentences", nargs="*", help='要翻译的句子，如 "狗 咬 人"（也可不带空格："狗咬人"）')
     tr.add_argument("--method", choices=["greedy", "beam", "sample"], default="greedy")
     tr.add_argument("--beam-size", type=int, default=4)
-    tr.add_argument("--temperature", type=float, default=1.0)
+    tr.add_argument("--temperature", type=float, default=1.0, help="采样温度（--method sample；0 = 贪心）")
     tr.add_argument("--top-k", type=int, default=None)
     tr.add_argument("--seed", type=int, default=0, help="采样用的随机种子")
     tr.add_argument("--strict", action="store_true",
@@ -101,10 +106,13 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="在某个数据划分上评估检查点",
                        description="重新生成检查点所属任务的数据划分，报告损失、词元准确率、完全匹配率与 BLEU。")
-    e.add_argument("--checkpoint", required=True, help="检查点路径")
+    e.add_argument("--checkpoint", default=None, help="检查点路径（默认：随库附带的玩具中→英模型）")
     e.add_argument("--split", choices=["train", "valid", "test"], default="test")
     e.add_argument("--method", choices=["greedy", "beam"], default="greedy")
     e.add_argument("--beam-size", type=int, default=4)
+    e.add_argument("--limit", type=int, default=None, help="只评估前 N 句（试跑束搜索时用；默认整个划分）")
+    e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="显示进度条（默认只在终端里显示；否则每解码一段打印一行）")
 
     from .lm.cli import register_lm_commands  # 挂钩：语言模型的 lm-train / lm-generate（见 tformer_lib/lm/cli.py）
 
@@ -169,6 +177,12 @@ def _cmd_train(args) -> int:
     trainer = Trainer(model, train, valid, tgt_vocab=tgt_vocab, batch_size=s["batch_size"], warmup=s["warmup"],
                       lr_factor=s["lr_factor"], label_smoothing=s["label_smoothing"], seed=args.seed,
                       progress=args.progress, verbose=verbose)
+    if verbose:
+        from .data.batching import num_batches
+        from .progress import stage
+
+        stage(f"开始训练 {args.task}：{epochs} 个 epoch，每个 {num_batches(len(train), s['batch_size'])} 步；"
+              "每个 epoch 结束时评估验证集并打印一行")
     trainer.fit(epochs)
     path = save_checkpoint(args.out, model, src_vocab, tgt_vocab, trainer=trainer,
                            extra={"task": args.task, "data_seed": data_seed})
@@ -177,9 +191,13 @@ def _cmd_train(args) -> int:
     return 0
 
 
-def _load(path: str):
+def _load(path: str | None):
     from .training import CheckpointError, load_model
 
+    if path is None:  # 默认：随库附带的玩具模型（第 5–8 章用的那个）
+        from .pretrained import shipped_checkpoint_path
+
+        path = str(shipped_checkpoint_path("sinusoidal"))
     try:
         model, src_vocab, tgt_vocab, ckpt = load_model(path)
     except (CheckpointError, FileNotFoundError) as exc:
@@ -194,8 +212,8 @@ def _check_decoding_options(args) -> None:
     if getattr(args, "beam_size", 1) < 1:
         raise CLIError(f"--beam-size 应为正整数，收到 {args.beam_size}")
     temperature = getattr(args, "temperature", 1.0)
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise CLIError(f"--temperature 应为有限的正数，收到 {temperature:g}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise CLIError(f"--temperature 应是 ≥ 0 的有限数（0 表示贪心），收到 {temperature:g}")
     top_k = getattr(args, "top_k", None)
     if top_k is not None and top_k < 1:
         raise CLIError(f"--top-k 应为正整数，收到 {top_k}")
@@ -233,24 +251,46 @@ def _cmd_translate(args) -> int:
 
 
 def _cmd_evaluate(args) -> int:
-    from .decoding import beam_search
+    import torch
+
+    from .decoding import beam_search, ids_to_lists
+    from .progress import StageProgress
+    from .specials import PAD
     from .training import evaluate
 
     _check_decoding_options(args)
     model, src_vocab, tgt_vocab, ckpt = _load(args.checkpoint)
+    ckpt_name = args.checkpoint or "随库附带的玩具模型"
     extra = ckpt.get("extra", {})
     task = extra.get("task")
     if task is None:
-        raise CLIError(f"检查点 {args.checkpoint!r} 没有记录任务名（extra['task']），不知道该在哪份数据上评估")
+        raise CLIError(f"检查点 {ckpt_name!r} 没有记录任务名（extra['task']），不知道该在哪份数据上评估")
     data = _task_data(task, int(extra.get("data_seed", 0)))
     if data["src_vocab"] != src_vocab or data["tgt_vocab"] != tgt_vocab:
         raise CLIError("检查点的词表与重新生成的数据不一致（可能来自旧版本的语料），无法评估")
-    decode_fn = None
-    if args.method == "beam":
-        def decode_fn(m, src):
-            return beam_search(m, src, beam_size=args.beam_size)
-    metrics = evaluate(model, data[args.split], tgt_vocab, decode_fn=decode_fn)
-    print(f"task={task} split={args.split} method={args.method} n={len(data[args.split])}")
+    if args.limit is not None and args.limit < 1:
+        raise CLIError(f"--limit 应为正整数，收到 {args.limit}")
+    pairs = data[args.split][: args.limit]
+    decode_fn, progress = None, None  # 贪心几秒就完，不需要进度
+    if args.method == "beam":  # 束搜索逐句进行（测试集 500 句在笔记本电脑上要几分钟）：一段一段解码并报告进度
+        progress = StageProgress(len(pairs), f"束搜索（k={args.beam_size}）解码 {args.split}", unit="句",
+                                 bar=args.progress)
+
+        def decode_fn(m, src):  # 每句独立解码，所以分段的结果与一次解码整批相同
+            rows = []
+            for i in range(0, len(src), 16):
+                part = src[i : i + 16]  # (≤16, S)
+                rows += ids_to_lists(beam_search(m, part, beam_size=args.beam_size))
+                progress.update(len(part))
+            width = max(1, max(len(r) for r in rows))
+            return torch.tensor([r + [PAD] * (width - len(r)) for r in rows], dtype=torch.long)  # (B, L)
+
+    try:
+        metrics = evaluate(model, pairs, tgt_vocab, decode_fn=decode_fn)
+    finally:
+        if progress is not None:
+            progress.close()
+    print(f"task={task} split={args.split} method={args.method} n={len(pairs)}")
     for k, v in metrics.items():
         print(f"{k}: {v:.4f}")
     return 0

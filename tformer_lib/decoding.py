@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ from torch import nn
 from ._checks import one_of, positive_int
 from .masks import padding_mask
 from .specials import BOS, EOS, PAD
+from .temperature import apply_temperature, check_temperature, is_greedy_temperature
 
 __all__ = [
     "greedy_decode",
@@ -209,18 +209,17 @@ def sample_decode(
 ) -> torch.Tensor:
     """按概率采样：``softmax(logits / temperature)``，可只在概率最高的 ``top_k`` 个词里抽。
 
-    温度 < 1 让分布更尖（更保守），> 1 更平（更多样）；``top_k=1`` 等价于贪心。
+    温度 < 1 让分布更尖（更保守），> 1 更平（更多样）；``top_k=1`` 与 ``temperature=0`` 都等价于贪心
+    （温度 0 直接走 :func:`greedy_decode`，不消耗随机数；很小的正温度也不会产生 NaN，见 :mod:`tformer_lib.temperature`）。
     传入 ``generator``（``torch.Generator().manual_seed(…)``）可复现。
     """
-    if isinstance(temperature, bool) or not (
-        isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0
-    ):
-        raise ValueError(f"temperature 应为有限的正数，收到 {temperature!r}")
+    if is_greedy_temperature(check_temperature("temperature", temperature)):
+        return greedy_decode(model, src, max_len, use_cache, True, bos, eos)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k 应为正整数或 None，收到 {top_k!r}")
 
     def pick(logits: torch.Tensor) -> torch.Tensor:  # logits 里 PAD、BOS 已是 −∞
-        logits = logits / temperature  # (B, V)
+        logits = apply_temperature(logits, temperature)  # (B, V)：logits / T
         if top_k is not None and top_k < logits.shape[-1]:
             kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1) 第 k 大的分数
             logits = logits.masked_fill(logits < kth, float("-inf"))

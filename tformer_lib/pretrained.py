@@ -234,11 +234,16 @@ def _task_record() -> dict:
     return {"task": "toy_zh_en", "data_seed": TOY_TRAINING["corpus_seed"]}
 
 
-def shipped_checkpoint_path(positional: str = "sinusoidal") -> Path:
-    """默认配方（``load_or_train_toy_model(positional)``，其余参数全默认）对应的随包检查点路径。"""
+#: 另外随包附带的“只训了前几个 epoch”的快照（第 7 章比较 1-epoch 模型的贪心与束搜索）：(positional, epochs)
+SHIPPED_SNAPSHOTS = (("sinusoidal", 1),)
+
+
+def shipped_checkpoint_path(positional: str = "sinusoidal", epochs: int | None = None) -> Path:
+    """默认配方（``load_or_train_toy_model(positional, epochs=epochs)``，其余参数全默认）对应的随包检查点路径。"""
     data = load_toy_data(TOY_TRAINING["corpus_seed"])
     config = toy_model_config(len(data["src_vocab"]), len(data["tgt_vocab"]), positional)
-    return SHIPPED_DIR / f"toy_zh_en-{positional}-{_fingerprint(config, dict(TOY_TRAINING), 0, data['corpus'])}.pt"
+    training = {**TOY_TRAINING, **({"epochs": epochs} if epochs is not None else {})}
+    return SHIPPED_DIR / f"toy_zh_en-{positional}-{_fingerprint(config, training, 0, data['corpus'])}.pt"
 
 
 def cpu_fingerprint() -> str:
@@ -252,8 +257,10 @@ def cpu_fingerprint() -> str:
     return f"{model} | {torch.backends.cpu.get_cpu_capability()}"
 
 
-def build_shipped_checkpoints(directory: str | os.PathLike | None = None) -> list[Path]:
-    """（维护者用）单线程训练默认配方的模型，写成随包附带的检查点，并删掉过时的旧文件。
+def build_shipped_checkpoints(directory: str | os.PathLike | None = None,
+                              which: tuple | None = None) -> list[Path]:
+    """（维护者用）单线程训练默认配方的模型（与 :data:`SHIPPED_SNAPSHOTS` 里的快照），写成随包附带的检查点，
+    并删掉过时的旧文件。``which`` 只重建其中几个：``(positional, epochs)`` 的元组（epochs=None 为完整配方）。
 
     改了 ``TOY_TRAINING``、:func:`toy_model_config` 或语料之后运行::
 
@@ -264,16 +271,19 @@ def build_shipped_checkpoints(directory: str | os.PathLike | None = None) -> lis
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # 维护者的生成脚本：固定单线程，测试也在单线程下复现它
     try:
+        every = [(p, None) for p in SHIPPED_POSITIONAL] + list(SHIPPED_SNAPSHOTS)
         written = []
-        for positional in SHIPPED_POSITIONAL:
-            target = out_dir / shipped_checkpoint_path(positional).name
-            model, sv, tv, history = load_or_train_toy_model(positional, cache=False)
-            save_checkpoint(target, model, sv, tv, extra={"history": history.to_dict(), "training": dict(TOY_TRAINING),
+        for positional, epochs in (every if which is None else which):
+            target = out_dir / shipped_checkpoint_path(positional, epochs).name
+            model, sv, tv, history = load_or_train_toy_model(positional, epochs=epochs, cache=False)
+            training = {**TOY_TRAINING, **({"epochs": epochs} if epochs is not None else {})}
+            save_checkpoint(target, model, sv, tv, extra={"history": history.to_dict(), "training": training,
                                                           "seed": 0, "threads": 1,
                                                           "cpu": cpu_fingerprint(), **_task_record()})
             written.append(target)
+        current = {out_dir / shipped_checkpoint_path(p, e).name for p, e in every}
         for old in out_dir.glob("toy_zh_en-*.pt"):
-            if old not in written:
+            if old not in current:
                 old.unlink()
         return written
     finally:

@@ -9,13 +9,13 @@ PAD 与 BOS 永远不会被生成（它们只是填充和开头的记号）。
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from ..specials import BOS, PAD
+from ..temperature import apply_temperature, check_temperature, is_greedy_temperature
 
 __all__ = ["check_eos_id", "filter_top_k", "filter_top_p", "next_token_distribution", "generate"]
 
@@ -28,13 +28,6 @@ def _check_top_k(top_k) -> None:
 def _check_top_p(top_p) -> None:
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
         raise ValueError(f"top_p 应是 (0, 1] 内的数或 None，收到 {top_p!r}")
-
-
-def _check_temperature(temperature) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-        temperature > 0 and math.isfinite(temperature)
-    ):
-        raise ValueError(f"temperature 应为正的有限数，收到 {temperature!r}")
 
 
 def check_eos_id(eos_id, vocab_size: int, suppress_ids: Sequence[int] = (PAD, BOS)) -> None:
@@ -83,8 +76,11 @@ def next_token_distribution(
     top_p: float | None = None,
     suppress_ids: Sequence[int] = (PAD, BOS),
 ) -> torch.Tensor:
-    """把最后一步的 logits ``(B, V)`` 变成采样用的概率 ``(B, V)``：屏蔽特殊词 → ÷温度 → top-k → top-p → softmax。"""
-    _check_temperature(temperature)
+    """把最后一步的 logits ``(B, V)`` 变成采样用的概率 ``(B, V)``：屏蔽特殊词 → ÷温度 → top-k → top-p → softmax。
+
+    ``temperature=0`` 是贪心的极限（独热分布）；很小的正温度也不会产生 NaN（见 :mod:`tformer_lib.temperature`）。
+    """
+    check_temperature("temperature", temperature)
     logits = logits.float()
     banned = sorted({int(t) for t in suppress_ids if 0 <= int(t) < logits.shape[-1]})
     if banned:
@@ -95,7 +91,7 @@ def next_token_distribution(
             "某一行的 logits 在屏蔽 suppress_ids 之后没有一个有限值（全被屏蔽，或模型输出了 NaN/inf），无词元可选；"
             f"suppress_ids 屏蔽了 {len(banned)} 个 id，词表大小 {logits.shape[-1]}"
         )
-    logits = filter_top_p(filter_top_k(logits / temperature, top_k), top_p)
+    logits = filter_top_p(filter_top_k(apply_temperature(logits, temperature), top_k), top_p)
     return logits.softmax(dim=-1)
 
 
@@ -134,12 +130,23 @@ def generate(
 
     - ``method="greedy"`` 每步取最大者；``"sample"`` 按 :func:`next_token_distribution` 采样，
       ``generator``（``torch.Generator().manual_seed(…)``）让样本可复现；
+    - ``temperature=0`` 表示贪心（OpenAI 风格客户端的约定）：与 ``method="greedy"`` 逐词元相同，不消耗随机数；
     - ``max_new_tokens`` 默认填满上下文：``config.max_len - T``；提示本身或提示加生成长度超过上下文时报错；
     - 所有行都生成了 ``eos_id`` 就提前停止。
+
+    与 Hugging Face ``transformers`` 的 ``model.generate`` 的不同（从那边来的读者留意）：
+
+    - 默认**采样**（``method="sample"``、``temperature=1``）；``generate`` 默认贪心（``do_sample=False``）；
+    - 只返回**新生成的词元**；``generate`` 返回提示加新词元的整条序列；
+    - 参数名：``eos_id``（``generate`` 叫 ``eos_token_id``）、``suppress_ids``（默认屏蔽 PAD 与 BOS；
+      ``generate`` 的 ``suppress_tokens`` 默认什么也不屏蔽）、``method``（代替 ``do_sample``）；
+      生成了 ``eos_id`` 的行之后填 PAD（``generate`` 填 ``pad_token_id``）。
     """
     if method not in ("greedy", "sample"):
         raise ValueError(f"method 应是 'greedy' 或 'sample'，收到 {method!r}")
-    _check_temperature(temperature)
+    if method == "sample" and is_greedy_temperature(check_temperature("temperature", temperature)):
+        method = "greedy"  # 温度 0（或小到 float32 里就是 0）：贪心
+    check_temperature("temperature", temperature)
     _check_top_k(top_k)
     _check_top_p(top_p)
     tokens, single = _as_prompt(prompt)

@@ -264,8 +264,8 @@ class LMTrainer:
                     start, cpu_start = time.perf_counter(), time.process_time()
                     self.history["evals"].append(info)
                     if self.verbose:
-                        print(f"step {info['step']}: train loss {loss:.3f}, valid loss {info['valid_loss']:.3f}, "
-                              f"valid ppl {info['valid_ppl']:.1f}")
+                        print(f"第 {info['step']} 步：训练损失 {loss:.3f}，验证损失 {info['valid_loss']:.3f}，"
+                              f"验证困惑度 {info['valid_ppl']:.1f}", flush=True)
                     if callback is not None:
                         callback(self, info)
         finally:

@@ -21,6 +21,7 @@ __all__ = [
     "plot_query_attention",
     "plot_variant_curves",
     "plot_variant_costs",
+    "plot_lm_metrics",
 ]
 
 _KIND_COLORS = {"字节片段": "#9e9e9e", "单字": "#1f77b4", "多字词": "#d62728"}
@@ -165,4 +166,46 @@ def plot_variant_costs(arms: Mapping[str, Mapping[str, float]], labels: Mapping[
         ax.grid(axis="x", alpha=0.3)
     if title:
         fig.suptitle(title)
+    return fig
+
+
+def plot_lm_metrics(metrics: Any, *, smooth: int = 20, title: str | None = None):
+    """``lm-train`` 写的指标（``<检查点>.metrics.jsonl`` 的路径，或 :func:`~tformer_lib.lm.metrics_log.read_metrics`
+    读回的字典列表）画成两幅图：左边训练损失（``smooth`` 步滑动平均）与验证损失，右边学习率；标题里给出吞吐的中位数。
+    """
+    if isinstance(metrics, (str, bytes)) or hasattr(metrics, "__fspath__"):
+        from tformer_lib.lm.metrics_log import read_metrics
+
+        metrics = read_metrics(metrics)
+    rows = list(metrics)
+    if not rows:
+        raise ValueError("metrics 为空：没有可画的训练步")
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping) or not {"step", "loss", "lr"} <= set(r):
+            raise ValueError(f"metrics[{i}] 应是含 step、loss、lr 的字典，收到 {r!r}")
+    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth 应为正整数，收到 {smooth!r}")
+    steps = np.array([r["step"] for r in rows], dtype=float)
+    loss = np.array([r["loss"] for r in rows], dtype=float)
+    k = min(smooth, len(loss))
+    smoothed = np.convolve(loss, np.ones(k) / k, mode="valid")  # 长度 len − k + 1
+    evals = [r for r in rows if r.get("valid_loss") is not None]
+    fig, axes = new_figure((10.0, 3.6), 1, 2)
+    ax_loss, ax_lr = axes[0]
+    ax_loss.plot(steps, loss, color="#bbbbbb", lw=0.8, label="训练损失（每步）")
+    ax_loss.plot(steps[k - 1 :], smoothed, color="#1f77b4", lw=1.8, label=f"训练损失（{k} 步平均）")
+    if evals:
+        ax_loss.plot([r["step"] for r in evals], [r["valid_loss"] for r in evals], "o-", color="#d62728",
+                     label="验证损失")
+    ax_loss.set_xlabel("step")
+    ax_loss.set_ylabel("交叉熵（nats）")
+    ax_loss.legend(fontsize=8)
+    ax_loss.grid(alpha=0.3)
+    ax_lr.plot(steps, [r["lr"] for r in rows], color="#2ca02c")
+    ax_lr.set_xlabel("step")
+    ax_lr.set_ylabel("学习率")
+    ax_lr.grid(alpha=0.3)
+    speeds = [r["tokens_per_s"] for r in rows if r.get("tokens_per_s")]
+    note = f"吞吐中位数 {np.median(speeds):,.0f} tokens/s" if speeds else ""
+    fig.suptitle("  ".join(t for t in (title, note) if t) or "训练指标")
     return fig
