@@ -57,6 +57,19 @@ def test_seeded_sampling_draws_the_same_tokens(name, sampling):
     assert len(set(expected.flatten().tolist())) > 3  # 确实在采样，不是每步都取同一个词
 
 
+@pytest.mark.parametrize("temperature", [0, 0.0, 1e-40])
+def test_temperature_zero_is_greedy_and_draws_no_random_numbers(temperature):
+    """温度 0 与 lm.generate 一样表示贪心，不消耗 generator 的随机数；极小的正温度（1e-40，float32 里不为 0）
+    仍按采样走，但分布已是贪心的独热分布，所以抽出的词与贪心相同（不会变成 NaN）。"""
+    model = random_model(scale=3.0)
+    prompt = torch.randint(3, 61, (2, 4), generator=torch.Generator().manual_seed(2))
+    gen = torch.Generator().manual_seed(7)
+    got = generate_static(model, prompt, 20, temperature=temperature, generator=gen)
+    assert torch.equal(got, generate(model, prompt, 20, method="greedy"))
+    if temperature == 0:
+        assert torch.equal(gen.get_state(), torch.Generator().manual_seed(7).get_state())
+
+
 def test_logits_match_the_dynamic_cache_step_by_step():
     model = random_model(**CONFIGS["rope-gqa-rms-swiglu"])
     decoder = StaticDecoder(model, compile=False)

@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from .._checks import flag
-from ..lm.generate import _check_temperature, _check_top_k, _check_top_p, check_eos_id, next_token_distribution
+from ..lm.generate import check_eos_id, check_top_k, check_top_p, next_token_distribution
+from ..temperature import check_temperature, is_greedy_temperature
 from ..serving._validate import check_model, check_suppress_ids
 from ..serving.ragged import left_pad
 from ..specials import BOS, PAD
@@ -144,9 +145,10 @@ class StaticDecoder:
         model = self.model
         if method not in ("greedy", "sample"):
             raise ValueError(f"method 应是 'greedy' 或 'sample'，收到 {method!r}")
-        _check_temperature(temperature)
-        _check_top_k(top_k)
-        _check_top_p(top_p)
+        if method == "sample" and is_greedy_temperature(check_temperature("temperature", temperature)):
+            method = "greedy"  # 温度 0（或小到 float32 里就是 0）：贪心，与 lm.generate 相同
+        check_top_k(top_k)
+        check_top_p(top_p)
         suppress_ids = check_suppress_ids(suppress_ids)
         check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
         rows, single = _prompt_rows(prompt, model.config.vocab_size)

@@ -20,12 +20,12 @@ from ..temperature import apply_temperature, check_temperature, is_greedy_temper
 __all__ = ["check_eos_id", "filter_top_k", "filter_top_p", "next_token_distribution", "generate"]
 
 
-def _check_top_k(top_k) -> None:
+def check_top_k(top_k) -> None:
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k 应为正整数或 None，收到 {top_k!r}")
 
 
-def _check_top_p(top_p) -> None:
+def check_top_p(top_p) -> None:
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
         raise ValueError(f"top_p 应是 (0, 1] 内的数或 None，收到 {top_p!r}")
 
@@ -46,7 +46,7 @@ def filter_top_k(logits: torch.Tensor, top_k: int | None) -> torch.Tensor:
     与第 k 名分数相同（并列）的词也都保留，所以保留下来的可能多于 ``top_k`` 个——与 Hugging Face
     ``TopKLogitsWarper`` 的做法相同：在并列的词之间任挑 k 个，结果就会依赖排序实现的细节。
     """
-    _check_top_k(top_k)
+    check_top_k(top_k)
     if top_k is None or top_k >= logits.shape[-1]:
         return logits
     kth = logits.topk(top_k, dim=-1).values[..., -1:]  # (..., 1) 第 k 大的分数
@@ -58,7 +58,7 @@ def filter_top_p(logits: torch.Tensor, top_p: float | None) -> torch.Tensor:
 
     概率最高的词总会被保留（即使它一个就超过了 ``top_p``）。``logits`` ``(..., V)``。
     """
-    _check_top_p(top_p)
+    check_top_p(top_p)
     if top_p is None or top_p >= 1:
         return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True)  # (..., V)
@@ -147,8 +147,8 @@ def generate(
     if method == "sample" and is_greedy_temperature(check_temperature("temperature", temperature)):
         method = "greedy"  # 温度 0（或小到 float32 里就是 0）：贪心
     check_temperature("temperature", temperature)
-    _check_top_k(top_k)
-    _check_top_p(top_p)
+    check_top_k(top_k)
+    check_top_p(top_p)
     tokens, single = _as_prompt(prompt)
     check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
     max_len = model.config.max_len
