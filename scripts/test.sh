@@ -5,7 +5,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 
-# 与其他进程共享 2 个核时，单线程的 torch 反而更快且结果逐位稳定（见 DESIGN §6）。
+# 与其他进程共享 2 个核时，单线程的 torch 反而更快且结果逐位稳定（两个线程在忙碌的 2 核机器上每步可慢十几倍）。
 export TFORMER_THREADS="${TFORMER_THREADS:-1}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export PYTHONHASHSEED=0  # 与 scripts/execute_notebooks.py 相同：集合的迭代顺序不随运行变化
@@ -18,20 +18,21 @@ timing() {  # 每一步结束时打印它的用时
   step_t=$now
 }
 
-echo "== 1/4 库的单元测试（pytest tests）"
+echo "== 1/6 库的单元测试（pytest tests）"
 python -m pytest tests -p no:cacheprovider -q
 timing
 
-# 推理服务基准的小规模版本：两种批处理、推测解码与单独生成逐词元相同，流程能跑通（数字不作结论）
-echo "== 1b 推理服务基准（benchmarks/serving.py --quick）"
+# 基准的小规模版本：两种批处理、推测解码、静态缓存解码与单独生成逐词元相同，流程能跑通（数字不作结论）
+echo "== 2/6 基准的小规模版本（benchmarks/serving.py --quick、benchmarks/decode.py --quick）"
 python benchmarks/serving.py --quick
+python benchmarks/decode.py --quick
 timing
 
 # 笔记本的 nbval 回归只跑一遍，而且在更严格的条件下：从轮子装进新的虚拟环境、笔记本复制到仓库外
 # （读者的情形；仓库里能过、装好的包却缺文件的问题也会在这里暴露）。各章与 notebooks/solutions/ 全部都跑。
 # 作者在仓库里单独检查一章：python -m pytest notebooks/03_attention.ipynb --nbval --nbval-current-env \
 #   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q
-echo "== 2/4 笔记本回归：从轮子安装到新的虚拟环境，在仓库外用 nbval 重跑全部笔记本；引导单元对本地克隆安装"
+echo "== 3/6 笔记本回归：从轮子安装到新的虚拟环境，在仓库外用 nbval 重跑全部笔记本；引导单元对本地克隆安装"
 bash scripts/test_installed.sh
 timing
 
@@ -39,7 +40,7 @@ timing
 # 各跑一遍全部笔记本的 nbval（上一步已用本机默认的内核跑过）。两个进程并行、各自单线程，CI 只多一遍 nbval 的时间。
 # 单独检查一章：ATEN_CPU_CAPABILITY=default python -m pytest notebooks/07_training.ipynb --nbval --nbval-current-env \
 #   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q
-echo "== 2b 笔记本回归与 CPU 指令集无关：ATEN_CPU_CAPABILITY=avx2 与 =default 下各跑一遍 nbval（并行）"
+echo "== 4/6 笔记本回归与 CPU 指令集无关：ATEN_CPU_CAPABILITY=avx2 与 =default 下各跑一遍 nbval（并行）"
 caps="default"
 [ "$(uname -m)" = x86_64 ] && caps="avx2 default"  # AVX2 只在 x86 上有；ARM 上只比较 default
 cap_dir="$(mktemp -d "${TMPDIR:-/tmp}/tformer-cap.XXXXXX")"
@@ -66,11 +67,11 @@ fi
 rm -rf "$cap_dir"
 timing
 
-echo "== 3/4 构建全书（警告即错误）"
+echo "== 5/6 构建全书（警告即错误）"
 bash scripts/build_book.sh
 timing
 
-echo "== 4/4 真实浏览器测试（headless Chromium）"
+echo "== 6/6 真实浏览器测试（headless Chromium）"
 if [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
