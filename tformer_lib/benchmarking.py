@@ -52,6 +52,8 @@ __all__ = [
 
 #: 随包附带的基准结果（由 ``python benchmarks/train_step.py --out …`` 写出）
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "train_step.json"
+#: 重新生成随包结果文件的命令（写进文件里；scripts/regenerate_results.py 运行的也是它）
+COMMAND = "python benchmarks/train_step.py --threads 1 --out tformer_lib/results/train_step.json"
 
 
 class TorchTransformerModel(nn.Module):
@@ -231,7 +233,7 @@ def run_benchmarks(*, rounds: int = 15, threads: int = 1, include_base: bool = F
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        result: dict[str, Any] = {"machine": machine_info(), "train_step": {}, "attention": []}
+        result: dict[str, Any] = {"machine": machine_info(), "command": COMMAND, "train_step": {}, "attention": []}
         small = TransformerConfig(1000, 1000, d_model=128, n_heads=4, d_ff=512, n_encoder_layers=2,
                                   n_decoder_layers=2, fast_attention=True)
         cases = [("small", small, 64, 20, rounds)]

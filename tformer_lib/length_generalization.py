@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 
 RESULTS_PATH = Path(__file__).parent / "results" / "length_generalization.json"
+#: 重新生成随包结果文件的命令（写进文件里；scripts/regenerate_results.py 运行的也是它）
+COMMAND = "python -m tformer_lib.length_generalization"
 
 DEFAULTS = dict(positional=("sinusoidal", "learned", "none"), train_min_len=3, train_max_len=8, test_lengths=tuple(range(3, 15)),
                 n_train=4000, n_test_per_length=100, epochs=16, d_model=64, n_heads=4, d_ff=128, n_layers=2,
@@ -66,7 +68,7 @@ def run(**overrides) -> dict:
     return {"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}, "results": out,
             "machine": f"{platform.machine()} / {platform.processor() or platform.system()}",
             "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "date": datetime.date.today().isoformat()}
+            "date": datetime.date.today().isoformat(), "command": COMMAND}
 
 
 def load_results(path: Path | str = RESULTS_PATH) -> dict:

@@ -37,6 +37,8 @@ __all__ = ["RESULTS_PATH", "machine_record", "benchmark_prompts", "batching_benc
            "speculative_benchmark", "serving_results", "save_results", "load_results", "report"]
 
 RESULTS_PATH = Path(__file__).resolve().parent.parent / "results" / "serving.json"
+#: 重新生成随包结果文件的命令（写进文件里；scripts/regenerate_results.py 运行的也是它）
+COMMAND = "python -m tformer_lib.serving.benchmark --out tformer_lib/results/serving.json --rounds 7"
 
 
 def machine_record() -> dict:
@@ -282,7 +284,7 @@ def serving_results(*, quick: bool = False, requests: int = 96, rounds: int = 3,
     prompts = benchmark_prompts(tokenizer)
     mean_new, rate = 20, 1000
     items = make_workload(prompts, requests, max_len=model.config.max_len, seed=0, mean_new_tokens=mean_new, rate=rate)
-    result = {"machine": machine_record(), "quick": quick}
+    result = {"machine": machine_record(), "quick": quick, "command": COMMAND}
     result["batching"] = batching_benchmark(model, items, rounds=rounds, max_batch=max_batch, eos_id=EOS)
     result["batching"]["workload"].update(seed=0, mean_new_tokens=mean_new, arrival_rate_per_s=rate)
     # 前缀缓存：8 个请求共用“体裁 + 题目 + 前四句”这段前缀（两个满块以上），各自再接一个不同的字
