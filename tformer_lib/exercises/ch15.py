@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from tformer_lib.exercises._core import (
@@ -95,7 +96,8 @@ def check_softmax_launch(fn: Callable[..., Any], *, verbose: bool = True) -> Che
             obuf = torch.full((n_rows, width), float("nan"))
             out = obuf[:, :n_cols]
             call = f"在 {n_rows} 行、每行 {n_cols} 列（BLOCK_N={block}，行步长 {width}）的输入上"
-            raw = f(x, out)
+            with np.errstate(over="ignore", invalid="ignore"):  # 不减最大值的内核在解释器里上溢：由下面的检查报告
+                raw = f(x, out)
             if not torch.isnan(obuf[:, n_cols:]).all():
                 raise Mistake(f"{call}：行外（第 {n_cols} 列之后）的内存被写了——tl.store 也要带 mask=cols < n_cols，"
                               "越界的列不能写（那里是别人的数据）", key="store_unmasked")
