@@ -79,3 +79,11 @@ from tformer_lib.exercises.ch07 import (
     check_smoothed_loss,
     check_smoothed_targets,
 )
+
+# --- ch15 ---
+from tformer_lib.exercises.ch15 import (
+    check_attention_hbm_bytes,
+    check_combine_splits,
+    check_decoding_partial_bytes,
+    check_softmax_launch,
+)
