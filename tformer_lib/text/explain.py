@@ -34,7 +34,7 @@ TOKEN_KINDS = ("字节片段", "单字", "多字词")
 
 def utf8_bytes(text: str) -> list[tuple[str, str]]:
     """每个字符和它的 UTF-8 字节（十六进制）：汉字 3 个字节，ASCII 1 个。"""
-    return [(c, c.encode("utf-8").hex(" ").upper()) for c in check_text("text", text)]
+    return [(c, c.encode("utf-8").hex(" ").upper()) for c in check_text("text", text, utf8=True)]
 
 
 def token_kind(b: bytes) -> str:
