@@ -1,5 +1,6 @@
-"""流水线并行（2 段、2 个进程、gloo、4 个微批）：手写 GPipe（send/recv）与 torch.distributed.pipelining 的
-ScheduleGPipe、Schedule1F1B，SGD 训练 3 步后与单进程整批训练的损失（相对 1e-6）、参数（≤ 1e-6，实测约 2e-8）一致。
+"""流水线并行（2 段、2 个进程、gloo、4 个微批）：手写 GPipe、手写 1F1B（send/recv）与 torch.distributed.pipelining
+的 ScheduleGPipe、Schedule1F1B，SGD 训练 3 步后与单进程整批训练的损失（相对 1e-6）、参数（≤ 1e-6）一致——
+数据是带 PAD 尾巴的块，各微批的 PAD 多少不一（有一个微批全是 PAD）：按微批求平均再平均就会不同。
 """
 
 import pytest
@@ -9,9 +10,22 @@ import torch.nn.functional as F
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.parallel import launch
 from tformer_lib.parallel.comm import pipeline_payload
-from tformer_lib.parallel.pipeline import LMStage, bubble_fraction, pipeline_worker, split_points
+from tformer_lib.parallel.pipeline import LMStage, PIPELINE_MODES, bubble_fraction, pipeline_worker, split_points
+from tformer_lib.specials import PAD
 
 STEPS, BATCH, MICRO, LR = 3, 8, 4, 0.5
+
+
+def padded_blocks(n_blocks: int, length: int, micro_batches: int, batch_size: int = BATCH) -> torch.Tensor:
+    """打包的块、尾巴填 PAD，PAD 的多少随行而变：每步里各微批的非 PAD 目标数都不同，每步的第一个微批全是 PAD。"""
+    g = torch.Generator().manual_seed(7)
+    blocks = torch.randint(4, 30, (n_blocks, length), generator=g)
+    rows_per_micro = batch_size // micro_batches
+    for row in range(n_blocks):
+        micro = (row % batch_size) // rows_per_micro
+        keep = 1 if micro == 0 else 2 + (row * 5 + micro) % (length - 1)  # 第 0 个微批：只留第一个词元，目标全是 PAD
+        blocks[row, keep:] = PAD
+    return blocks
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +33,7 @@ def problem():
     torch.manual_seed(0)
     model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=4, d_ff=32, max_len=16,
                              tie_embeddings=False, positional="rope"))
-    blocks = torch.randint(4, 30, (STEPS * BATCH, 9))
+    blocks = padded_blocks(STEPS * BATCH, 9, MICRO)
     ref = make_lm(model.config)
     ref.load_state_dict(model.state_dict())
     optimizer = torch.optim.SGD(ref.parameters(), lr=LR)
@@ -27,14 +41,21 @@ def problem():
     for s in range(STEPS):
         b = blocks[s * BATCH : (s + 1) * BATCH]
         optimizer.zero_grad()
-        loss = F.cross_entropy(ref(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
+        loss = F.cross_entropy(ref(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten(), ignore_index=PAD)  # 整批的非 PAD 平均
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
     return model, blocks, losses, {k: v.detach() for k, v in ref.named_parameters()}
 
 
-@pytest.mark.parametrize("mode", ["manual", "gpipe", "1f1b"])
+def test_the_padded_blocks_make_per_micro_batch_means_differ_from_the_batch_mean():
+    blocks = padded_blocks(STEPS * BATCH, 9, MICRO)
+    for s in range(STEPS):
+        counts = [int((mb[:, 1:] != PAD).sum()) for mb in blocks[s * BATCH : (s + 1) * BATCH].chunk(MICRO)]
+        assert counts[0] == 0 and len(set(counts)) == MICRO, counts  # 各微批的非 PAD 目标数两两不同
+
+
+@pytest.mark.parametrize("mode", PIPELINE_MODES)
 def test_pipeline_equals_single_process(problem, mode):
     model, blocks, losses, params = problem
     res = launch(pipeline_worker, 2, (mode, model.config.to_dict(), model.state_dict(), blocks, STEPS, BATCH, MICRO, LR),
@@ -46,7 +67,7 @@ def test_pipeline_equals_single_process(problem, mode):
     assert not set(res[0]["params"]) & set(res[1]["params"])  # 每个参数只在一段里
     for name, value in params.items():
         assert torch.allclose(got[name], value, atol=1e-6, rtol=0), name
-    if mode == "manual":  # 两段各发一个方向：激活 (B, T, d) 前向、梯度 (B, T, d) 反向，合计 = 公式
+    if mode in ("manual", "manual_1f1b"):  # 两段各发一个方向：激活 (B, T, d) 前向、梯度 (B, T, d) 反向，合计 = 公式
         sent = res[0]["bytes_per_step"] + res[1]["bytes_per_step"]
         assert sent == pipeline_payload(BATCH, blocks.shape[1] - 1, model.config.d_model, stages=2)
         assert res[0]["bytes_per_step"] == res[1]["bytes_per_step"]

@@ -42,7 +42,7 @@ def test_char_unknown_characters_in_held_out_poems(char_tok):
     unknown = sum(char_tok.count_unknown(t) for t in valid)
     assert 0 < unknown < 0.001 * sum(map(len, valid))  # 少见但存在
     text = next(t for t in valid if char_tok.count_unknown(t))
-    decoded = char_tok.decode(char_tok.encode(text))
+    decoded = char_tok.decode(char_tok.encode(text, on_unknown="ignore"))  # 留出诗里的生僻字：有意编码成 UNK
     assert "<unk>" in decoded and decoded.replace("<unk>", "") == "".join(c for c in text if c in char_tok._stoi)
 
 
@@ -65,7 +65,7 @@ def test_char_vocab_is_deterministic_and_order_free(char_tok, train_texts):
 def test_char_min_freq(train_texts):
     small = CharTokenizer.build(train_texts, min_freq=50)
     assert small.vocab_size < 4 + len({c for t in train_texts for c in t})
-    assert UNK in small.encode("".join(train_texts[:200]))
+    assert UNK in small.encode("".join(train_texts[:200]), on_unknown="ignore")
 
 
 def test_char_save_load_plain_data(char_tok, tmp_path):
@@ -256,6 +256,23 @@ def test_bpe_bad_encode_decode(which, request):
         tok.decode([VOCAB])
     with pytest.raises(TypeError, match="整数"):
         tok.decode([2.0])
+
+
+@pytest.mark.parametrize("which", ["ours", "fast"])
+def test_bpe_unpaired_surrogate_is_a_clear_value_error(which, request):
+    # 不成对的代理码位没有 UTF-8 字节：两个字节级 BPE 都报 ValueError，说出参数、位置与码位（不是 tokenizers 的 TypeError）
+    tok = request.getfixturevalue(which)
+    with pytest.raises(ValueError, match=r"text 的第 1 个字符 '\\ud800'（U\+D800）是不成对的代理码位"):
+        tok.encode("a\ud800b")
+    with pytest.raises(ValueError, match=r"第 2 个字符 '\\udfff'（U\+DFFF）"):
+        tok.encode("白日\udfff")
+    if which == "fast":
+        with pytest.raises(ValueError, match=r"texts\[1\] 的第 0 个字符"):
+            tok.encode_batch(["白日", "\udc00"])
+    train = train_bpe if which == "ours" else FastBPETokenizer.train
+    with pytest.raises(ValueError, match=r"texts\[0\] 的第 3 个字符 '\\ud83d'"):
+        train(["abc\ud83d", "def"], 300)
+    assert tok.decode(tok.encode("a\U0001F600b")) == "a\U0001F600b"  # 成对的（真正的 emoji）照常往返
 
 
 # ---- BPE 对中文字节做了什么 ----------------------------------------------------------------------

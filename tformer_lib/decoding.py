@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
 
@@ -34,6 +33,7 @@ from ._checks import one_of, positive_int
 from .masks import padding_mask
 from .specials import BOS, EOS, PAD
 from .temperature import apply_temperature, check_temperature, is_greedy_temperature
+from .unknown_tokens import UnknownTokenError, UnknownTokenWarning, report_unknown
 
 __all__ = [
     "greedy_decode",
@@ -47,25 +47,6 @@ __all__ = [
     "UnknownTokenWarning",
     "UnknownTokenError",
 ]
-
-
-class UnknownTokenWarning(UserWarning):
-    """要翻译的句子里有词表外的词（未登录词），它们被当作 ``<unk>``，译文多半不可信。
-
-    ``summary`` 是不带处理建议的那一句说明（命令行用它换上自己的选项名）。
-    """
-
-    def __init__(self, message: str, summary: str = ""):
-        super().__init__(message)
-        self.summary = summary or message
-
-
-class UnknownTokenError(ValueError):
-    """``translate(..., on_unknown="error")`` 遇到词表外的词；``summary`` 同 :class:`UnknownTokenWarning`。"""
-
-    def __init__(self, message: str, summary: str = ""):
-        super().__init__(message)
-        self.summary = summary or message
 
 
 @contextmanager
@@ -430,6 +411,4 @@ def _report_unknown(unknown: dict[str, list[str]], n_sentences: int, on_unknown:
     first, first_words = next(iter(unknown.items()))
     where = f"{len(unknown)}/{n_sentences} 句，如 {first!r} 中的 {first_words}" if n_sentences > 1 else repr(first)
     text = f"sentences 里有词表外的词 {words}（{where}），它们只能当作 <unk>，译文多半不可信"
-    if on_unknown == "error":
-        raise UnknownTokenError(f"{text}；请换成词表里的词，或传 on_unknown='warn' 只警告", text)
-    warnings.warn(UnknownTokenWarning(f"{text}；传 on_unknown='error' 可改为报错", text), stacklevel=3)
+    report_unknown(text, on_unknown, stacklevel=3)

@@ -12,6 +12,8 @@
 ``lm-train`` 把每一步的指标（step、loss、lr、tokens_per_s，评估步另有 valid_loss、valid_ppl）写进检查点旁边的
 ``<检查点名>.metrics.jsonl``（见 :mod:`tformer_lib.lm.metrics_log`），
 ``tformer_lib.plotting.lm.plot_lm_metrics("poem.metrics.jsonl")`` 画出来。
+``lm-generate`` 的题目或首字里有词表外的字（emoji、生僻字）时在标准错误上警告一行（与 ``translate`` 相同）；
+加 ``--strict`` 则报错退出。
 
 由 :mod:`tformer_lib.cli` 的一个挂钩（:func:`register_lm_commands`）注册。
 """
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+import warnings
 from pathlib import Path
 
 __all__ = ["register_lm_commands"]
@@ -73,6 +77,8 @@ def register_lm_commands(sub) -> None:
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--strict", action="store_true",
+                   help="题目或首字里有词表外的字时报错退出；默认只警告，并把它们当作 <unk>")
     g.set_defaults(run=_cmd_lm_generate)
 
 
@@ -198,6 +204,7 @@ def _cmd_lm_train(args) -> int:
 def _cmd_lm_generate(args) -> int:
     from ..cli import CLIError
     from ..data.poems import FORMS
+    from ..unknown_tokens import UnknownTokenError, UnknownTokenWarning
     from .pretrained import load_poem_model
     from .quality import poem_lines, sample_poems
     from .training import load_lm
@@ -212,8 +219,18 @@ def _cmd_lm_generate(args) -> int:
     if tokenizer is None:
         raise CLIError(f"检查点 {args.checkpoint!r} 没有保存分词器，无法作诗")
     prompts = [(form, args.title, args.first)] * args.num
-    texts = sample_poems(model, tokenizer, prompts, temperature=args.temperature, top_k=args.top_k,
-                         top_p=args.top_p, seed=args.seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnknownTokenWarning)
+        try:
+            texts = sample_poems(model, tokenizer, prompts, temperature=args.temperature, top_k=args.top_k,
+                                 top_p=args.top_p, seed=args.seed, on_unknown="error" if args.strict else "warn")
+        except UnknownTokenError as exc:
+            raise CLIError(f"{exc.summary}；请换成词表里的字，或去掉 --strict 只警告") from None
+    for w in caught:  # 与 translate 相同：每个警告一行，不带 Python 的文件名与行号
+        if issubclass(w.category, UnknownTokenWarning):
+            print(f"警告：{w.message.summary}；加 --strict 则报错退出", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     for i, text in enumerate(texts):
         if i:
             print()

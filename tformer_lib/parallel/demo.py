@@ -17,8 +17,6 @@ from __future__ import annotations
 import copy
 import io
 from contextlib import contextmanager
-import queue as queue_module
-import time
 import traceback
 from datetime import timedelta
 
@@ -31,7 +29,7 @@ from ..specials import PAD
 from .comm import data_parallel_payload, pipeline_payload, tensor_parallel_payload
 from .data_parallel import train_lm_worker, train_single_process
 from .fsdp import fsdp_train_worker
-from .launch import _HOST, DistributedError, _dumps, backend_for, launch
+from .launch import _HOST, STARTUP_TIMEOUT, DistributedError, _collect, _dumps, backend_for, launch
 from .pipeline import pipeline_worker
 from .schedule import idle_fraction
 from .tensor_parallel import ResidualBlock, gather_manual_params, tp_train_worker, train_single_block
@@ -47,12 +45,13 @@ def _loads(payload: bytes):
 def _pool_worker(rank, world_size, port, backend, timeout, threads, tasks, results):
     torch.set_num_threads(threads)
     try:
-        store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=timedelta(seconds=timeout))
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout))
+        limit = timedelta(seconds=timeout + STARTUP_TIMEOUT)  # 组成进程组要等最慢的进程启动完
+        store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=limit)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=limit)
     except BaseException:  # noqa: BLE001 — 报回父进程，它才不会等到超时
         results.put((rank, -1, "error", traceback.format_exc()))
         return
+    results.put((rank, -1, "ready", None))
     try:
         while True:
             item = tasks.get()
@@ -73,7 +72,8 @@ class WorkerPool:
     """一组常驻的进程（一个进程组），可以一次次地交给它任务——省掉每次 :func:`launch` 重新起进程、导入 torch 的几秒钟。
 
     ``pool.run(fn, args)`` 与 ``launch(fn, world_size, args)`` 一样：每个进程调用 ``fn(rank, world_size, *args)``，
-    按 rank 返回结果；任务与结果经 ``torch.save`` 序列化。任一进程出错或超时就结束所有进程、抛
+    按 rank 返回结果；任务与结果经 ``torch.save`` 序列化。``timeout`` 从进程全部就绪算起（启动另有
+    :data:`~tformer_lib.parallel.launch.STARTUP_TIMEOUT`），报错的第一行点名真正出错的 rank。任一进程出错或超时就结束所有进程、抛
     :class:`~tformer_lib.parallel.launch.DistributedError`，这个池也就不能再用了。用完调用 :meth:`close`
     （或用 ``with WorkerPool(2) as pool:``）；进程是守护进程，父进程退出时也会被结束。
     """
@@ -91,7 +91,7 @@ class WorkerPool:
         if backend == "nccl":
             raise ValueError("WorkerPool 只演示 CPU（gloo）；GPU 上请用 launch(..., device='cuda')")
         self.world_size, self.timeout = world_size, timeout
-        self._store = dist.TCPStore(_HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout),
+        self._store = dist.TCPStore(_HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout + STARTUP_TIMEOUT),
                                     wait_for_workers=False)
         ctx = mp.get_context("spawn")
         self._results = ctx.Queue()
@@ -102,6 +102,7 @@ class WorkerPool:
         for p in self._procs:
             p.start()
         self._next = 0
+        self._ready: set[int] = set()  # 已经组成进程组的 rank：第一个任务先等它们启动（不算在 timeout 里）
         self.closed = False
 
     def run(self, fn, args: tuple = (), timeout: float | None = None) -> list:
@@ -115,25 +116,16 @@ class WorkerPool:
         payload = _dumps((fn, tuple(args)))
         for q in self._tasks:
             q.put((task_id, payload))
-        outputs: dict[int, bytes] = {}
-        deadline = time.monotonic() + timeout
+
+        def receive(seconds: float):
+            while True:  # 别的任务的结果（只会来自出过错、已关闭的池）不要
+                rank, got_id, status, body = self._results.get(timeout=seconds)
+                if status != "ok" or got_id == task_id:
+                    return rank, status, body
+
         try:
-            while len(outputs) < self.world_size:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise DistributedError(f"任务 {getattr(fn, '__name__', fn)} 没有在 timeout={timeout} 秒内完成"
-                                           f"（已完成的 rank：{sorted(outputs)}）")
-                try:
-                    rank, got_id, status, body = self._results.get(timeout=min(remaining, 1.0))
-                except queue_module.Empty:
-                    dead = [r for r, p in enumerate(self._procs) if not p.is_alive() and r not in outputs]
-                    if dead:
-                        raise DistributedError(f"rank {dead[0]} 意外退出（exitcode={self._procs[dead[0]].exitcode}）")
-                    continue
-                if status == "error":
-                    raise DistributedError(f"rank {rank} 出错：\n{body}")
-                if got_id == task_id:
-                    outputs[rank] = body
+            outputs = _collect(receive, self._procs, self.world_size, timeout, self._ready,
+                               f"任务 {getattr(fn, '__name__', fn)}")
         except BaseException:
             self.close(force=True)
             raise

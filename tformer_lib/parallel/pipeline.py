@@ -3,7 +3,7 @@
 
 - 手写的 GPipe（:func:`pipeline_worker` ``mode="manual"``）：第 0 段把 m 个微批的前向依次算完、把激活发给下一段；
   最后一段算损失、反向，把“对激活的梯度”发回；第 0 段收到后接着反向。所有微批的梯度累加后
-  统一更新一次——与整批训练相同（每个微批的损失除以 m）。``mode="manual_1f1b"`` 是同一个执行器按 1F1B 的顺序
+  统一更新一次。``mode="manual_1f1b"`` 是同一个执行器按 1F1B 的顺序
   （:func:`~tformer_lib.parallel.schedule.stage_order`）做事。发送用 ``dist.isend``（不阻塞），接收用阻塞的
   ``dist.recv``：1F1B 里两段会同时要发送，阻塞的 ``send`` 会互相等死。
 - 手写的两种调度都记下实测时间线：每一步开头 ``dist.barrier()`` 之后，每次前向、反向的起止时刻
@@ -14,10 +14,17 @@
 
 气泡（bubble）：GPipe 里每段在开头等 p−1 个微批到达、末尾等 p−1 个反向回来，空闲比例
 (p−1)/(m+p−1)（:func:`bubble_fraction`）；m 越大气泡越小。
+
+为什么与整批训练相同：整批的损失是全部 N 个非 PAD 目标的平均 L = (1/N)Σ_i ℓ_i。若每个微批各自求平均再除以 m，
+得到的是“平均的平均”，各微批 PAD 多少不一（打包块的尾巴）时它 ≠ L，梯度也就不同。所以四种调度里每个微批的损失都是
+本微批的损失**总和 / 整批的 N**（:func:`_micro_batch_loss`；N 由每段都有的整批目标直接数出，不用通信），各微批的梯度
+累加起来正好是 ∇L——与数据并行的 :func:`~tformer_lib.parallel.data_parallel.global_mean_lm_loss` 同一个道理。
+PyTorch 的调度默认还会把梯度除以 m（``scale_grads``），这里关掉它。测试用各微批 PAD 不均（含一个全是 PAD 的微批）的数据核对。
 """
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import time
 
@@ -111,18 +118,29 @@ def _full_name(name: str, mapping: dict[str, str]) -> str:
     return name
 
 
-def _ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)  # (b·T, V)
+def _micro_batch_loss(logits: torch.Tensor, targets: torch.Tensor, n_targets: int) -> torch.Tensor:
+    """一个微批的损失：本微批非 PAD 目标的交叉熵**总和** / 整批的非 PAD 目标数 ``n_targets``。
+
+    各微批的这个量加起来就是整批的平均损失（不论 PAD 怎样分布在各微批里）；全是 PAD 的微批贡献 0，而不是 0/0。
+    """
+    total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD, reduction="sum")  # (b·T, V)
+    return total / n_targets
+
+
+def _batch_targets(targets: torch.Tensor) -> int:
+    """整批的非 PAD 目标数 N（至少 1：全是 PAD 的批损失为 0）。"""
+    return max(1, int((targets != PAD).sum()))
 
 
 def _run_manual(stage: LMStage, order, inputs, targets, micro_batches: int, rank: int, d_model: int, clock):
-    """按 ``order``（``[("F", i), ("B", j), …]``）执行本段的一步；返回（本段算出的损失之和, 本段的事件列表）。
+    """按 ``order``（``[("F", i), ("B", j), …]``）执行本段的一步；返回（本段算出的损失之和 = 整批平均, 本段的事件列表）。
 
     前向 i：第一段直接取第 i 个微批，其余段先 ``recv`` 上一段的激活；算完把输出 ``isend`` 给下一段（最后一段算损失）。
     反向 j：最后一段从损失开始，其余段先 ``recv`` 下一段发回的梯度；算完把“对输入激活的梯度” ``isend`` 给上一段。
     事件只计本段的计算（收到数据之后到算完），等待与通信算作空闲。
     """
     m = micro_batches
+    n_targets = _batch_targets(targets)
     tgt_mbs = targets.chunk(m)
     in_mbs = inputs.chunk(m) if stage.first else None
     received, outputs, pending, events = {}, {}, [], []
@@ -139,7 +157,7 @@ def _run_manual(stage: LMStage, order, inputs, targets, micro_batches: int, rank
             start = clock()
             y = stage(x)  # (b, T, d_model) 或最后一段的 (b, T, V)
             if stage.last:
-                y = _ce(y, tgt_mbs[i]) / m  # 每个微批的平均损失 / m → 整批平均
+                y = _micro_batch_loss(y, tgt_mbs[i], n_targets)  # 本微批的总和 / 整批的 N：各微批相加 = 整批平均
                 total += float(y.detach())
             end = clock()
             if not stage.last:
@@ -182,12 +200,16 @@ def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, st
     stage = LMStage(model, rank, world_size)
     optimizer = torch.optim.SGD(stage.parameters(), lr=lr)
     schedule = None
+    batch_targets = {"n": 1}  # 当前这一步整批的非 PAD 目标数：调度按微批调用 loss_fn，它从这里读
     if mode not in MANUAL_MODES:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
         pstage = PipelineStage(stage, rank, world_size, torch.device("cpu"))
         kind = ScheduleGPipe if mode == "gpipe" else Schedule1F1B
-        schedule = kind(pstage, n_microbatches=micro_batches, loss_fn=_ce)
+        # scale_grads=False：损失已按整批的 N 归一，不要再把梯度除以 m（较早的 torch 没有这个参数，也不除）
+        extra = {"scale_grads": False} if "scale_grads" in inspect.signature(kind).parameters else {}
+        schedule = kind(pstage, n_microbatches=micro_batches,
+                        loss_fn=lambda logits, target: _micro_batch_loss(logits, target, batch_targets["n"]), **extra)
     losses, timeline = [], []
     with recording() as sent:
         for step in range(steps):
@@ -196,12 +218,13 @@ def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, st
             optimizer.zero_grad(set_to_none=True)
             total = torch.zeros((), dtype=torch.float64)
             if schedule is not None:
+                batch_targets["n"] = _batch_targets(targets)
                 if stage.first:
                     schedule.step(inputs)
                 else:
                     parts: list = []
                     schedule.step(target=targets, losses=parts)
-                    total += sum(float(p.detach()) for p in parts) / micro_batches
+                    total += sum(float(p.detach()) for p in parts)  # 各微批的“总和 / N”相加 = 整批平均
             else:  # 手写：按本段的调度顺序执行
                 # 时间线的零点：barrier 之后 rank 0 的时刻，广播给各段。perf_counter 在一台机器上是全系统共用的
                 # 单调时钟（Linux 的 CLOCK_MONOTONIC），所以各段的时刻可以直接比较

@@ -16,21 +16,34 @@ UNK_TEXT = SPECIAL_TOKENS[UNK]
 __all__ = ["UNK_TEXT", "check_text", "check_texts", "id_list", "split_at_specials", "with_specials", "write_json", "write_text", "read_json"]
 
 
-def check_text(name: str, text) -> str:
-    """要求 ``text`` 是字符串（不是词元列表、字节串或 None）。"""
+def check_text(name: str, text, utf8: bool = False) -> str:
+    """要求 ``text`` 是字符串（不是词元列表、字节串或 None）。
+
+    ``utf8=True``（字节级 BPE 用）：还要求它能编码成 UTF-8。唯一做不到的是不成对的代理码位（surrogate，
+    U+D800–U+DFFF，如 ``"a\\ud800b"``——常见于按 UTF-16 切坏的字符串或 JSON 里落单的 ``\\ud83d``）：它不是
+    合法的 Unicode 字符，没有 UTF-8 字节，所以报 ValueError，指出位置与码位，而不是悄悄替换成别的字符。
+    """
     if not isinstance(text, str):
         hint = "；字节串请先 .decode('utf-8')" if isinstance(text, (bytes, bytearray)) else ""
         raise TypeError(f"{name} 应是字符串，收到 {type(text).__name__} {text!r:.60}{hint}")
+    if utf8:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            ch = text[exc.start]
+            raise ValueError(f"{name} 的第 {exc.start} 个字符 {ch!r}（U+{ord(ch):04X}）是不成对的代理码位（surrogate），"
+                             "不是合法的 Unicode 字符、无法编码成 UTF-8，字节级 BPE 不能处理它；请先修好文本"
+                             "（如 text.encode('utf-8', 'replace').decode('utf-8') 把它换成 '?'）") from None
     return text
 
 
-def check_texts(name: str, texts) -> list[str]:
-    """要求 ``texts`` 是若干字符串（列表、元组或生成器），且至少有一个非空。"""
+def check_texts(name: str, texts, utf8: bool = False) -> list[str]:
+    """要求 ``texts`` 是若干字符串（列表、元组或生成器），且至少有一个非空；``utf8`` 见 :func:`check_text`。"""
     if isinstance(texts, (str, bytes)):
         raise TypeError(f"{name} 应是字符串的列表（每项一段文本），收到单个 {type(texts).__name__}；请写成 [{texts!r:.30}]")
     texts = list(texts)
     for i, t in enumerate(texts):
-        check_text(f"{name}[{i}]", t)
+        check_text(f"{name}[{i}]", t, utf8)
     if not any(texts):
         raise ValueError(f"{name} 里没有任何文本（收到 {len(texts)} 个空串），无法训练")
     return texts

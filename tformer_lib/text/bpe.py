@@ -86,7 +86,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> 
     最常见的相邻对出现次数低于 ``min_frequency`` 时提前停下（词表会小于 ``vocab_size``）。
     次数相同时取 id 较小的那一对，所以结果只取决于文本，不取决于运行环境。
     """
-    texts = check_texts("texts", texts)
+    texts = check_texts("texts", texts, utf8=True)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < FIRST_MERGE_ID:
         raise ValueError(f"vocab_size 应是 ≥{FIRST_MERGE_ID} 的整数（4 个特殊词元 + 256 个字节），收到 {vocab_size!r}")
     if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
@@ -188,9 +188,9 @@ class BPETokenizer:
         return word
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        """文本 → id 列表。任何字符串都能编码（起点是字节），不会产生 UNK。"""
+        """文本 → id 列表。任何合法的字符串都能编码（起点是字节），不会产生 UNK；不成对的代理码位没有 UTF-8 字节，报 ValueError。"""
         ids: list[int] = []
-        for chunk in pretokenize(check_text("text", text)):
+        for chunk in pretokenize(check_text("text", text, utf8=True)):
             if chunk not in self._cache:
                 self._cache[chunk] = self._encode_chunk(chunk)
             ids.extend(self._cache[chunk])

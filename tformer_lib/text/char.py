@@ -3,7 +3,9 @@
 中文不用空格分词，最朴素的做法是把每个字当成一个词元。词表（vocabulary）从训练文本里统计：
 前四个 id 是 :mod:`tformer_lib.specials` 里的特殊词元 PAD/BOS/EOS/UNK，普通字从 id 4 开始，
 按「出现次数从多到少、同次数按字符顺序」排列，所以同一份语料永远得到同一张词表。
-训练集里没见过的字编码成 UNK，解码时显示为 ``<unk>``。
+训练集里没见过的字编码成 UNK，解码时显示为 ``<unk>``；:meth:`CharTokenizer.encode` 默认为此发出一个
+:class:`~tformer_lib.unknown_tokens.UnknownTokenWarning`，列出这些字（``on_unknown="error"`` 改为报错，
+``"ignore"`` 不作声——与 ``translate`` 相同，见 :mod:`tformer_lib.unknown_tokens`）。
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from .._checks import one_of
 from ..data.vocab import Vocab
 from ..specials import SPECIAL_TOKENS, UNK
+from ..unknown_tokens import ON_UNKNOWN, report_unknown
 from ._common import UNK_TEXT, check_text, check_texts, id_list, read_json, split_at_specials, with_specials, write_json
 
 __all__ = ["CharTokenizer"]
@@ -26,7 +30,7 @@ class CharTokenizer:
     23
     >>> tok.encode("明月")                  # 出现两次的字排在前面：。头明月，……
     [6, 7]
-    >>> tok.decode(tok.encode("明日", add_bos=True, add_eos=True))   # 「日」没见过 → UNK
+    >>> tok.decode(tok.encode("明日", add_bos=True, add_eos=True, on_unknown="ignore"))   # 「日」没见过 → UNK
     '明<unk>'
     """
 
@@ -73,10 +77,22 @@ class CharTokenizer:
         return self.vocab[check_text("token", token)]
 
     # ---- 编码 / 解码 ----------------------------------------------------------------------
-    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        """文本 → id 列表，一个字符一个 id；词表外的字 → UNK。"""
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False, *, on_unknown: str = "warn") -> list[int]:
+        """文本 → id 列表，一个字符一个 id；词表外的字 → UNK。
+
+        有词表外的字（emoji、生僻字……）时按 ``on_unknown`` 处理：``"warn"``（默认）警告并列出它们，
+        ``"error"`` 抛出 :class:`~tformer_lib.unknown_tokens.UnknownTokenError`，``"ignore"`` 不作声。
+        """
+        one_of("on_unknown", on_unknown, ON_UNKNOWN)
         ids = [self._stoi.get(c, UNK) for c in check_text("text", text)]
+        if on_unknown != "ignore" and UNK in ids:
+            report_unknown(f"text {text!r:.40} 里有词表外的字 {self.unknown_chars(text)}，它们只能当作 <unk>",
+                           on_unknown, stacklevel=2)
         return with_specials(ids, add_bos, add_eos)
+
+    def unknown_chars(self, text: str) -> list[str]:
+        """``text`` 里不在词表中的字（按出现顺序、去重）。"""
+        return list(dict.fromkeys(c for c in check_text("text", text) if c not in self._stoi))
 
     def decode(self, ids, stop_at_eos: bool = True) -> str:
         """id 序列（list、1 维张量……）→ 文本。PAD/BOS 不显示，UNK 显示为 ``<unk>``，默认遇 EOS 停。"""

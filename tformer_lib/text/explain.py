@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from ._common import check_text, check_texts
 from .bpe import FIRST_MERGE_ID, BPETokenizer, display_bytes
+from .char import CharTokenizer
 
 __all__ = [
     "TOKEN_KINDS",
@@ -34,7 +35,7 @@ TOKEN_KINDS = ("字节片段", "单字", "多字词")
 
 def utf8_bytes(text: str) -> list[tuple[str, str]]:
     """每个字符和它的 UTF-8 字节（十六进制）：汉字 3 个字节，ASCII 1 个。"""
-    return [(c, c.encode("utf-8").hex(" ").upper()) for c in check_text("text", text)]
+    return [(c, c.encode("utf-8").hex(" ").upper()) for c in check_text("text", text, utf8=True)]
 
 
 def token_kind(b: bytes) -> str:
@@ -97,6 +98,8 @@ def tokens_per_char(tokenizer, texts: Iterable[str]) -> float:
     texts = check_texts("texts", texts)
     if hasattr(tokenizer, "encode_batch"):
         n_tokens = sum(map(len, tokenizer.encode_batch(texts)))
+    elif isinstance(tokenizer, CharTokenizer):  # 低频字记作 UNK 也是一个词元：只数个数，不为它们警告
+        n_tokens = sum(len(tokenizer.encode(t, on_unknown="ignore")) for t in texts)
     else:
         n_tokens = sum(len(tokenizer.encode(t)) for t in texts)
     return n_tokens / sum(map(len, texts))
@@ -110,7 +113,6 @@ def compression_table(train_texts: Sequence[str], eval_texts: Sequence[str], voc
     ``fast=True`` 用 ``tokenizers`` 训练（几秒）；``False`` 用教学版（全量语料要几分钟）。
     """
     from .bpe import train_bpe
-    from .char import CharTokenizer
     from .fast import FastBPETokenizer
 
     train_texts, eval_texts = check_texts("train_texts", train_texts), check_texts("eval_texts", eval_texts)

@@ -43,7 +43,7 @@ class FastBPETokenizer:
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> "FastBPETokenizer":
         """在 ``texts`` 上训练字节级 BPE，词表 ``vocab_size``（含 4 个特殊词元和 256 个字节）。"""
-        texts = check_texts("texts", texts)
+        texts = check_texts("texts", texts, utf8=True)
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < FIRST_MERGE_ID:
             raise ValueError(f"vocab_size 应是 ≥{FIRST_MERGE_ID} 的整数（4 个特殊词元 + 256 个字节），收到 {vocab_size!r}")
         if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
@@ -72,12 +72,12 @@ class FastBPETokenizer:
         return f"FastBPETokenizer(vocab_size={self.vocab_size})"
 
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        ids = self.tokenizer.encode(check_text("text", text), add_special_tokens=False).ids
+        ids = self.tokenizer.encode(check_text("text", text, utf8=True), add_special_tokens=False).ids
         return with_specials(ids, add_bos, add_eos)
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
         """一次编码很多段文本（在 Rust 里循环，比逐段调用 :meth:`encode` 快）。"""
-        texts = [check_text(f"texts[{i}]", t) for i, t in enumerate(texts)]
+        texts = [check_text(f"texts[{i}]", t, utf8=True) for i, t in enumerate(texts)]
         return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids, stop_at_eos: bool = True) -> str:
