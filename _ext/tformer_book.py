@@ -21,6 +21,8 @@
 6. **章节号只由目录生成。** ``_toc.yml`` 用 ``numbered: true`` 给章和节自动编号（“4.”、“4.2.”……）。
    笔记本标题里手写的“第4章”“2.3”会和自动编号重复，:func:`_strip_manual_numbers` 在构建时把它们去掉
    （只动 ``notebooks/`` 下页面的标题，笔记本文件本身不变）。
+   章号取自笔记本文件名的数字前缀（``15_triton_kernels`` 是第 15 章，与前言、术语表和练习索引写的相同）：
+   计划中的章还没写好时（例如第 14 章），后面的章不会被自动编号挤到前一个号上（:func:`_chapter_numbers_from_files`）。
 """
 
 from __future__ import annotations
@@ -247,8 +249,41 @@ def _on_source_read(app, docname, source) -> None:
     source[0] = source[0].replace(EXERCISE_MARKER, exercise_index(Path(app.srcdir), chapters))
 
 
+def chapter_number_from_file(docname: str) -> int | None:
+    """``notebooks/15_triton_kernels`` → 15；不是以数字开头的章节页返回 None。"""
+    if not docname.startswith("notebooks/") or "/solutions/" in docname:
+        return None
+    number = re.match(r"(\d+)_", Path(docname).name)
+    return int(number.group(1)) if number else None
+
+
+def _chapter_numbers_from_files(app, env) -> list[str]:
+    """把 Sphinx 自动给的章号（目录里的序号）换成文件名里的章号；节号的其余部分不变。
+
+    挂在 ``env-get-updated`` 上、排在 Sphinx 的目录收集器（它在这个事件里分配节号）之后。
+    """
+    for docname, numbers in env.toc_secnumbers.items():
+        wanted = chapter_number_from_file(docname)
+        if wanted is None:
+            continue
+        for anchor, secnumber in numbers.items():
+            if secnumber:
+                numbers[anchor] = (wanted, *secnumber[1:])
+    # 侧栏与各页目录里的编号存在目录节点上（Sphinx 分配节号时写进去的），一并改
+    from docutils import nodes
+
+    for toc in env.tocs.values():
+        for ref in toc.findall(nodes.reference):
+            wanted = chapter_number_from_file(ref.get("refuri", "").split("#")[0].removesuffix(".html")) \
+                if ref.get("refuri") else None
+            if ref.get("secnumber") and wanted is not None:
+                ref["secnumber"] = (wanted, *ref["secnumber"][1:])
+    return []
+
+
 def setup(app):
     patch_zmq_polling()
+    app.connect("env-get-updated", _chapter_numbers_from_files, priority=900)
     app.connect("config-inited", _on_config_inited)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     # 要在 Sphinx 收集页面标题（TitleCollector，优先级 500）之前改标题

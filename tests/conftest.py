@@ -1,6 +1,11 @@
 """测试公共设置：单线程（2 核机器上与其他进程并行时单线程更稳）与固定种子。"""
 
 import io
+import os
+
+# Triton 的解释器（第 15 章的内核在 CPU 上运行）只在导入 triton 之前设置才生效；torch.compile 等别的测试
+# 也会导入 triton，所以在任何测试导入它之前就设好（对 CPU 上的 Inductor 没有影响）。
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 import torch
