@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # 读者的情形：不在本仓库里，只有装好的包。
 #
-#   1. 构建轮子（wheel），装进一个新的虚拟环境（按 constraints.txt，torch 取 2.13.0 的 CPU 轮子）；
+#   1. 构建轮子（wheel），连同 notebooks 这组可选依赖（openai、triton）装进一个新的虚拟环境
+#      （按 constraints.txt，torch 取 2.13.0 的 CPU 轮子）；
 #   2. 检查“装好的文件”（不是源码树）里有字体、玩具模型、数据和结果文件，且导入的是装好的包；
-#   3. 把全部笔记本（各章与 notebooks/solutions/）复制到仓库外的临时目录，用 nbval 在那里重跑；
+#   3. 把全部笔记本（各章与 notebooks/solutions/）复制到仓库外的临时目录，用 nbval 在那里重跑，
+#      在 ATEN_CPU_CAPABILITY=avx2 与 =default 下各一遍（并行）：打印的数字不能依赖 CPU 的指令集；
 #   4. 卸掉本包，对本仓库的一个本地克隆执行笔记本引导单元里的安装命令（scripts/sync_bootstrap.py 的模板，
 #      仓库地址换成克隆的 file:// 地址）：它要装得上、不动已有的 torch，再运行一次时什么也不打印。
 #
 # 用法：bash scripts/test_installed.sh                 （scripts/test.sh 的最后一步；需要已有的 .venv 来构建轮子）
 #       bash scripts/test_installed.sh notebooks/03_attention.ipynb   （只重跑列出的笔记本，作者调试用）
+#       TFORMER_CAPS=default bash scripts/test_installed.sh …          （只用一种 CPU 内核）
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -40,7 +43,7 @@ step "新的虚拟环境：装轮子与 nbval（按 constraints.txt）"
 V="$WORK/venv/bin/python"
 # （本机 pip 配置里的本地索引缺某些包的目录时，pip 对每个包警告一行 “is ignored”：滤掉这些噪声）
 quiet_pip() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
-quiet_pip "$V" -m pip install --quiet --no-compile --disable-pip-version-check -c constraints.txt "$WHEEL" nbval pytest ipykernel
+quiet_pip "$V" -m pip install --quiet --no-compile --disable-pip-version-check -c constraints.txt "$WHEEL[notebooks]" nbval pytest ipykernel
 
 step "检查装好的文件"
 (cd "$WORK" && "$V" - "$WORK/venv" <<'PY'
@@ -69,19 +72,42 @@ print(f"   {len(installed)} 个文件，" + "、".join(need) + " 都在")
 PY
 )
 
-step "在仓库外用 nbval 重跑全部笔记本"
-mkdir -p "$WORK/book/notebooks/solutions"
-if [ $# -gt 0 ]; then
-  for nb in "$@"; do cp "$nb" "$WORK/book/$nb"; done
-else
-  cp notebooks/*.ipynb "$WORK/book/notebooks/"
-  if compgen -G "notebooks/solutions/*.ipynb" >/dev/null; then
-    cp notebooks/solutions/*.ipynb "$WORK/book/notebooks/solutions/"
+# 书里打印的数字不能依赖 CPU 的指令集：PyTorch 的两种 CPU 内核（AVX2 与不向量化的 default）各跑一遍全部笔记本，
+# 两个进程并行、各自单线程、各用一份笔记本副本与缓存目录（ARM 上没有 AVX2，只跑 default）。
+caps="${TFORMER_CAPS:-default}"
+[ -z "${TFORMER_CAPS:-}" ] && [ "$(uname -m)" = x86_64 ] && caps="avx2 default"
+step "在仓库外用 nbval 重跑全部笔记本（ATEN_CPU_CAPABILITY=${caps// / 与 =}，并行）"
+for cap in $caps; do
+  book="$WORK/book-$cap"
+  mkdir -p "$book/notebooks/solutions" "$book/cache"
+  if [ $# -gt 0 ]; then
+    for nb in "$@"; do cp "$nb" "$book/$nb"; done
+  else
+    cp notebooks/*.ipynb "$book/notebooks/"
+    if compgen -G "notebooks/solutions/*.ipynb" >/dev/null; then
+      cp notebooks/solutions/*.ipynb "$book/notebooks/solutions/"
+    fi
   fi
+  cp nbval_sanitize.cfg "$book/"
+done
+pids=()
+for cap in $caps; do
+  book="$WORK/book-$cap"
+  ( start=$(date +%s) rc=0
+    cd "$book" && ATEN_CPU_CAPABILITY=$cap TFORMER_CACHE="$book/cache" MPLCONFIGDIR="$book/mpl" \
+      "$V" -m pytest notebooks --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
+      -p no:cacheprovider -q > "$book/log" 2>&1 || rc=$?
+    echo "   ATEN_CPU_CAPABILITY=$cap：$(tail -n 1 "$book/log")（$(( $(date +%s) - start )) 秒）"
+    exit $rc ) &
+  pids+=($!)
+done
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+if [ "$failed" != 0 ]; then
+  for cap in $caps; do echo "---- ATEN_CPU_CAPABILITY=$cap"; tail -n 150 "$WORK/book-$cap/log"; done
+  echo "有笔记本的输出与提交的不同（上面是各指令集的日志末尾）" >&2
+  exit 1
 fi
-cp nbval_sanitize.cfg "$WORK/book/"
-(cd "$WORK/book" && "$V" -m pytest notebooks --nbval --nbval-current-env \
-   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q)
 
 step "引导单元：对本地克隆执行安装命令"
 git clone --quiet "$ROOT" "$WORK/clone"
