@@ -1,7 +1,11 @@
 """测试公共设置：单线程（2 核机器上与其他进程并行时单线程更稳）与固定种子。"""
 
+import contextlib
 import io
 import os
+import socket
+import threading
+import time
 
 # Triton 的解释器（第 15 章的内核在 CPU 上运行）只在导入 triton 之前设置才生效；torch.compile 等别的测试
 # 也会导入 triton，所以在任何测试导入它之前就设好（对 CPU 上的 Inductor 没有影响）。
@@ -45,3 +49,62 @@ def render():
         return fig
 
     return _render
+
+
+@contextlib.contextmanager
+def _serve_in_thread(app, ready_timeout: float = 30.0, stop_timeout: float = 20.0):
+    """在本进程的一个线程里用 uvicorn 服务 ``app``（空闲端口）；产出端口号，退出时停下服务。"""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + ready_timeout
+    while not server.started:
+        assert time.time() < deadline and thread.is_alive(), f"服务 {ready_timeout:g} 秒内没有就绪"
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=stop_timeout)
+    assert not thread.is_alive(), f"服务 {stop_timeout:g} 秒内没有停下"
+
+
+@pytest.fixture(scope="session")
+def serve_in_thread():
+    """``with serve_in_thread(app) as port:``：真的 uvicorn 服务（同一进程里的线程、空闲端口），供 HTTP 客户端测试。"""
+    return _serve_in_thread
+
+
+def _sgd_reference(model, blocks, steps: int, batch: int, lr: float):
+    """并行训练要等于的单进程参照：``model`` 的一份拷贝用 SGD 整批训练 ``steps`` 步（损失是整批非 PAD 目标的平均）。
+
+    返回 (每步的损失, 训练后的参数 {名字: 张量})；``model`` 本身不变。
+    """
+    import torch.nn.functional as F
+
+    from tformer_lib.lm import make_lm
+    from tformer_lib.specials import PAD
+
+    ref = make_lm(model.config)
+    ref.load_state_dict(model.state_dict())
+    optimizer = torch.optim.SGD(ref.parameters(), lr=lr)
+    losses = []
+    for s in range(steps):
+        b = blocks[s * batch : (s + 1) * batch]  # (batch, T+1)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(ref(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten(), ignore_index=PAD)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses, {k: v.detach() for k, v in ref.named_parameters()}
+
+
+@pytest.fixture(scope="session")
+def sgd_reference():
+    """``sgd_reference(model, blocks, steps, batch, lr) -> (losses, params)``：流水线测试共用的单进程 SGD 参照。"""
+    return _sgd_reference

@@ -58,6 +58,7 @@ def test_shipped_results_match_the_code_that_builds_the_models():
         assert all(len(r["epochs"]) == results["settings"]["training"]["epochs"] for r in runs)
 
 
+@pytest.mark.slow
 def test_run_ffn_ablation_trains_one_short_run():
     out = run_ffn_ablation(seeds=(0,), arms=("no_ffn",), epochs=1)
     (run,) = out["runs"]

@@ -102,6 +102,17 @@ def _cid(item) -> str:
     return f"{item[0]}-{item[1].id}" if len(item) == 2 else f"{item[0]}-{item[1].id}-{item[2].name}"
 
 
+#: 在几个进程里运行读者函数的检查器（pytest -m distributed 选中它们的用例）
+_MULTI_PROCESS = {"check_allreduce_gradients"}
+
+
+def _params(items) -> list:
+    """参数化用的 pytest.param：id 见 ``_cid``，多进程检查器的用例带 ``distributed`` 标记。"""
+    return [pytest.param(item, id=_cid(item),
+                         marks=[pytest.mark.distributed] if item[1].id in _MULTI_PROCESS else [])
+            for item in items]
+
+
 @pytest.mark.parametrize("mod_name, mod", _MODULES, ids=[m for m, _ in _MODULES])
 def test_case_module_is_well_formed(mod_name, mod):
     assert not isinstance(mod, Exception), f"tests/checkers/{mod_name}.py 导入失败：{mod!r}"
@@ -130,7 +141,7 @@ def _same_rng(a, b) -> bool:
     return torch.equal(a[0], b[0]) and a[1] == b[1] and np.array_equal(a[2], b[2])
 
 
-@pytest.mark.parametrize("item", _CASES, ids=_cid)
+@pytest.mark.parametrize("item", _params(_CASES))
 def test_reference_passes_deterministically_without_touching_global_rng(item, capsys):
     _, case = item
     torch.manual_seed(123)
@@ -147,22 +158,24 @@ def test_reference_passes_deterministically_without_touching_global_rng(item, ca
     assert second.passed
 
 
-@pytest.mark.parametrize("item", [(m, c, f) for m, c in _CASES for f in c.also_correct],
-                         ids=lambda it: f"{it[0]}-{it[1].id}-{getattr(it[2], '__name__', 'alt')}")
+@pytest.mark.parametrize("item", [
+    pytest.param((m, c, f), id=f"{m}-{c.id}-{getattr(f, '__name__', 'alt')}",
+                 marks=[pytest.mark.distributed] if c.id in _MULTI_PROCESS else [])
+    for m, c in _CASES for f in c.also_correct])
 def test_other_correct_answers_pass(item, capsys):
     _, case, fn = item
     result = case.checker(fn)
     assert result.passed, capsys.readouterr().out
 
 
-@pytest.mark.parametrize("item", _CASES, ids=_cid)
+@pytest.mark.parametrize("item", _params(_CASES))
 def test_a_hard_coded_answer_is_among_the_wrong_ones(item):
     _, case = item
     assert any(w.name == "hard_coded" for w in case.wrong), \
         f"{case.id}：wrong 里应有 Wrong('hard_coded', …)——只会返回本章例子答案的函数必须不通过"
 
 
-@pytest.mark.parametrize("item", _WRONGS, ids=_cid)
+@pytest.mark.parametrize("item", _params(_WRONGS))
 def test_wrong_answer_is_rejected(item, capsys):
     _, case, wrong = item
     result = case.checker(wrong.fn)
@@ -173,7 +186,7 @@ def test_wrong_answer_is_rejected(item, capsys):
         assert result.mistake == wrong.key, f"{wrong.name}：期望认出 {wrong.key!r}，实际 {result.mistake!r}：{out}"
 
 
-@pytest.mark.parametrize("item", _CASES, ids=_cid)
+@pytest.mark.parametrize("item", _params(_CASES))
 def test_stub_is_pending_and_prints_without_raising(item, capsys):
     _, case = item
     result = case.checker(_stub)
@@ -182,7 +195,7 @@ def test_stub_is_pending_and_prints_without_raising(item, capsys):
     assert out.startswith("⏳ 尚未完成")
 
 
-@pytest.mark.parametrize("item", _CASES, ids=_cid)
+@pytest.mark.parametrize("item", _params(_CASES))
 def test_missing_return_is_named_not_pending(item, capsys):
     _, case = item
     result = case.checker(lambda *a, **k: None)
@@ -191,7 +204,7 @@ def test_missing_return_is_named_not_pending(item, capsys):
     assert "返回了 None" in out
 
 
-@pytest.mark.parametrize("item", _CASES, ids=_cid)
+@pytest.mark.parametrize("item", _params(_CASES))
 def test_exception_in_readers_function_is_reported_not_raised(item, capsys):
     _, case = item
 
@@ -223,7 +236,7 @@ def _as_types(kind: str, value) -> list:
 _NUMERIC = [(m, c) for m, c in _CASES if c.returns != "other"]
 
 
-@pytest.mark.parametrize("item", _NUMERIC, ids=_cid)
+@pytest.mark.parametrize("item", _params(_NUMERIC))
 def test_numeric_answers_of_any_type_pass_and_strings_fail(item, capsys):
     _, case = item
     for k in range(len(_as_types(case.returns, 1))):

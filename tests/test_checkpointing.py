@@ -92,6 +92,7 @@ def test_flag_type_is_checked():
         LMTrainer(model, torch.randint(4, 40, (8, 17)), batch_size=4, activation_checkpointing=1)
 
 
+@pytest.mark.slow
 def test_lm_train_cli_takes_the_memory_flags(tmp_path, monkeypatch):
     """``lm-train --accumulation-steps 2 --autocast bf16 --activation-checkpointing`` 训一步并存盘（小数据）。"""
     from tformer_lib.cli import main

@@ -16,6 +16,7 @@ def run(*args, stdin=None):
                           text=True, input=stdin, cwd=ROOT, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_help_lists_commands():
     r = run("--help")
     assert r.returncode == 0
@@ -35,6 +36,7 @@ def checkpoint(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_translate_from_checkpoint(checkpoint):
     r = run("translate", "--checkpoint", str(checkpoint), "狗 咬 人", "人工智能改变世界")
     assert r.returncode == 0, r.stderr
@@ -45,12 +47,14 @@ def test_translate_from_checkpoint(checkpoint):
     assert r.returncode == 0 and r.stdout.strip() == "the dog bites the person"
 
 
+@pytest.mark.slow
 def test_evaluate_from_checkpoint(checkpoint):
     r = run("evaluate", "--checkpoint", str(checkpoint), "--split", "valid")
     assert r.returncode == 0, r.stderr
     assert "exact_match:" in r.stdout and "bleu:" in r.stdout
 
 
+@pytest.mark.slow
 def test_missing_and_corrupt_checkpoint_and_unknown_task(tmp_path):
     r = run("translate", "--checkpoint", str(tmp_path / "nope.pt"), "狗 咬 人")
     assert r.returncode == 1 and "找不到检查点" in r.stderr and "Traceback" not in r.stderr
@@ -65,6 +69,7 @@ def test_missing_and_corrupt_checkpoint_and_unknown_task(tmp_path):
     assert r.returncode == 1 and "--epochs" in r.stderr
 
 
+@pytest.mark.slow
 def test_shipped_checkpoints_work_with_every_command():
     from tformer_lib.pretrained import SHIPPED_POSITIONAL, shipped_checkpoint_path
 
@@ -76,6 +81,7 @@ def test_shipped_checkpoints_work_with_every_command():
     assert r.returncode == 0 and r.stdout.splitlines() == ["the dog bites the person"] * 3, r.stderr
 
 
+@pytest.mark.slow
 def test_unknown_words_warn_by_default_and_fail_with_strict():
     from tformer_lib.pretrained import shipped_checkpoint_path
 

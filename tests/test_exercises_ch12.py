@@ -55,6 +55,7 @@ def test_a_notebook_function_with_helpers_and_closures_survives_shipping():
     assert fn.__globals__["dist"].__name__ == "torch.distributed"
 
 
+@pytest.mark.distributed
 def test_allreduce_checker_runs_a_notebook_function_in_three_processes(capsys):
     ns = _notebook_namespace()
     assert ch12.check_allreduce_gradients(ns["allreduce_fixed"]).passed
@@ -80,6 +81,7 @@ def _raise_on_rank1(model):
     return model
 
 
+@pytest.mark.distributed
 def test_collective_mistakes_are_named_and_the_real_error_is_reported_first(capsys):
     r = ch12.check_allreduce_gradients(_only_rank0, timeout=60)
     assert r.status == "failed" and r.mistake == "collective_mismatch", r.message

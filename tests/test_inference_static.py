@@ -154,6 +154,7 @@ def test_bad_arguments_are_named():
     assert EOS != 0
 
 
+@pytest.mark.slow
 def test_compiled_step_on_a_tiny_model_matches_generate():
     """唯一的编译测试：Inductor 的 C++ 后端编译一个 1 块的小模型，贪心与采样都与 generate 逐词元相同。"""
     model = random_model(n_layers=1, d_model=16, n_heads=2, d_ff=32)

@@ -26,6 +26,7 @@ def test_shipped_checkpoint_is_small_and_matches_the_recipe(shipped):
     assert not model.training
 
 
+@pytest.mark.slow
 def test_recipe_reproduces_the_first_recorded_steps(shipped):
     _, _, ckpt = shipped
     _, _, trainer = train_poem_model(steps=3, progress=False)

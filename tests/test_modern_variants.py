@@ -34,6 +34,7 @@ def test_kv_cache_scales_with_kv_heads_and_swiglu_keeps_the_ffn_size():
     assert abs(ffn("swiglu") - ffn("baseline")) / ffn("baseline") < 0.01
 
 
+@pytest.mark.slow
 def test_a_short_run_produces_complete_results():
     r = run_variant_comparison(arms=("baseline", "mqa"), seeds=(0,), steps=4)
     assert [(x["arm"], x["seed"]) for x in r["runs"]] == [("baseline", 0), ("mqa", 0)]

@@ -25,6 +25,7 @@ def _run(cmd, cwd):
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
 
 
+@pytest.mark.distributed
 def test_torchrun_two_processes_equal_one_process(tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():

@@ -47,6 +47,7 @@ def runs():
     return model, ref, dp
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("mode", ["manual", "ddp"])
 def test_data_parallel_equals_single_process(runs, mode):
     model, ref, dp = runs
@@ -57,6 +58,7 @@ def test_data_parallel_equals_single_process(runs, mode):
     assert any(not torch.allclose(v, model.state_dict()[k]) for k, v in ref["params"].items())
 
 
+@pytest.mark.distributed
 def test_uneven_pad_really_makes_the_mean_of_means_wrong(runs):
     """这组数据确实考到了 PAD：各进程每步的目标数不同，旧做法（各自平均、再平均梯度）训练 4 步后的参数
     与整批相差远超测试的容差——所以上面的相等不是碰巧。旧做法在一个进程里模拟：两份损失的平均。"""
@@ -77,6 +79,7 @@ def test_uneven_pad_really_makes_the_mean_of_means_wrong(runs):
     assert worst > 10 * 5e-5, worst
 
 
+@pytest.mark.distributed
 def test_manual_all_reduce_sends_every_gradient_once(runs):
     model, _, dp = runs
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -127,6 +130,7 @@ def test_bad_mode_is_rejected():
         train_data_parallel(model, torch.randint(4, 10, (8, 5)), 1, 4, 1e-3, modes=("zero9",))
 
 
+@pytest.mark.distributed
 def test_throughput_measurement_reports_both_layouts():
     from tformer_lib.parallel.throughput import measure_throughput
 

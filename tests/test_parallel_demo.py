@@ -41,6 +41,7 @@ def tiny():
     return demo_lm(31), torch.randint(4, 31, (16, 9))  # 奇数词表：FSDP2 的分片不均
 
 
+@pytest.mark.distributed
 def test_pool_runs_tasks_repeatedly(pool):
     for _ in range(2):
         out = hello_all_reduce(pool=pool)
@@ -48,6 +49,7 @@ def test_pool_runs_tasks_repeatedly(pool):
         assert {r["backend"] for r in out} == {"gloo"}
 
 
+@pytest.mark.distributed
 def test_demos_report_equality_and_bytes(pool, tiny):
     model, blocks = tiny
     dp = demo_data_parallel(model, blocks, steps=2, batch_size=4, lr=1e-3, pool=pool)
@@ -68,6 +70,7 @@ def test_demos_report_equality_and_bytes(pool, tiny):
     assert sum(pp["manual"]["stage_params"]) == n
 
 
+@pytest.mark.distributed
 def test_tensor_parallel_demo_without_pool():
     torch.manual_seed(0)
     block = ResidualBlock(MultiHeadAttention(16, 4), PositionwiseFeedForward(16, 32))
@@ -78,6 +81,7 @@ def test_tensor_parallel_demo_without_pool():
     assert tp["manual"]["shard_shapes"]["attn.w_q.weight"] == (8, 16)
 
 
+@pytest.mark.distributed
 def test_pool_error_is_reported_and_closes_the_pool():
     p = WorkerPool(2, timeout=60)
     with pytest.raises(DistributedError, match="第 1 个进程故意出错"):
@@ -88,6 +92,7 @@ def test_pool_error_is_reported_and_closes_the_pool():
     assert all(not proc.is_alive() for proc in p._procs)
 
 
+@pytest.mark.distributed
 def test_bad_arguments():
     with pytest.raises(ValueError, match="world_size 应是正整数"):
         WorkerPool(0)
@@ -116,6 +121,7 @@ def test_throughput_results_file_says_where_it_was_measured():
         load_throughput_results("/nonexistent/throughput.json")
 
 
+@pytest.mark.distributed
 def test_demo_arguments_are_checked_before_any_process_starts(tiny):
     model, blocks = tiny
     with pytest.raises(ValueError, match="batch_size=6 不能被 micro_batches=4 整除"):

@@ -14,6 +14,7 @@ from tformer_lib.parallel.zero import zero_bytes_per_rank
 STEPS, BATCH, LR = 4, 8, 1e-2
 
 
+@pytest.mark.distributed
 def test_fully_shard_trains_like_one_process_and_stores_a_half_per_rank():
     torch.manual_seed(0)
     model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=16))

@@ -73,6 +73,7 @@ def _add_in_place(rank, world_size, t, layer):
     return float(t.sum()), float(layer.weight.sum())
 
 
+@pytest.mark.distributed
 def test_each_rank_gets_a_private_copy_of_the_arguments():
     t, layer = torch.zeros(3), torch.nn.Linear(2, 2, bias=False)
     with torch.no_grad():
@@ -86,6 +87,7 @@ def _sleep(rank, world_size):
     time.sleep(600)
 
 
+@pytest.mark.distributed
 def test_launch_returns_each_rank_result():
     out = launch(_sum_ranks, 2, (3,), timeout=90)
     assert [o["rank"] for o in out] == [0, 1]
@@ -93,6 +95,7 @@ def test_launch_returns_each_rank_result():
     assert all(torch.equal(o["sum"], torch.tensor([7.0])) for o in out)
 
 
+@pytest.mark.distributed
 def test_error_in_one_rank_is_reported_and_others_are_stopped():
     start = time.monotonic()
     with pytest.raises(DistributedError) as info:
@@ -101,6 +104,7 @@ def test_error_in_one_rank_is_reported_and_others_are_stopped():
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.distributed
 def test_the_first_line_blames_the_rank_that_failed_not_the_one_whose_connection_closed():
     with pytest.raises(DistributedError) as info:
         launch(_fail_after_closing_the_connection, 2, timeout=90)
@@ -123,11 +127,13 @@ def test_failure_message_orders_real_errors_first_and_explains_sigkill():
     assert only.startswith("rank 0 出错：RuntimeError") and "通信错误" in only.splitlines()[1]
 
 
+@pytest.mark.distributed
 def test_start_up_is_not_counted_in_the_timeout():
     # 子进程解开参数要 4 秒（像负载很高时导入 torch）；timeout=2 只管启动之后的运行，不该超时
     assert launch(_return_argument, 2, (SlowArgument(4),), timeout=2) == [4, 4]
 
 
+@pytest.mark.distributed
 def test_timeout_kills_the_processes():
     start = time.monotonic()
     with pytest.raises(DistributedError, match="timeout=3"):
@@ -135,6 +141,7 @@ def test_timeout_kills_the_processes():
     assert time.monotonic() - start < 120  # 远早于 _sleep 的 600 秒：进程被结束了
 
 
+@pytest.mark.distributed
 def test_backend_and_argument_errors():
     assert backend_for("cpu") == "gloo" and backend_for("cuda") == "nccl"
     with pytest.raises(ValueError, match="device='mps'"):

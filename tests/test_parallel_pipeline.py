@@ -5,7 +5,6 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.parallel import launch
@@ -29,23 +28,13 @@ def padded_blocks(n_blocks: int, length: int, micro_batches: int, batch_size: in
 
 
 @pytest.fixture(scope="module")
-def problem():
+def problem(sgd_reference):
     torch.manual_seed(0)
     model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=4, d_ff=32, max_len=16,
                              tie_embeddings=False, positional="rope"))
     blocks = padded_blocks(STEPS * BATCH, 9, MICRO)
-    ref = make_lm(model.config)
-    ref.load_state_dict(model.state_dict())
-    optimizer = torch.optim.SGD(ref.parameters(), lr=LR)
-    losses = []
-    for s in range(STEPS):
-        b = blocks[s * BATCH : (s + 1) * BATCH]
-        optimizer.zero_grad()
-        loss = F.cross_entropy(ref(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten(), ignore_index=PAD)  # 整批的非 PAD 平均
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return model, blocks, losses, {k: v.detach() for k, v in ref.named_parameters()}
+    losses, params = sgd_reference(model, blocks, STEPS, BATCH, LR)
+    return model, blocks, losses, params
 
 
 def test_the_padded_blocks_make_per_micro_batch_means_differ_from_the_batch_mean():
@@ -55,6 +44,7 @@ def test_the_padded_blocks_make_per_micro_batch_means_differ_from_the_batch_mean
         assert counts[0] == 0 and len(set(counts)) == MICRO, counts  # 各微批的非 PAD 目标数两两不同
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("mode", PIPELINE_MODES)
 def test_pipeline_equals_single_process(problem, mode):
     model, blocks, losses, params = problem

@@ -3,7 +3,6 @@
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.parallel import launch
@@ -114,27 +113,18 @@ STEPS, BATCH, MICRO, LR = 2, 6, 3, 0.5
 
 
 @pytest.fixture(scope="module")
-def problem():
+def problem(sgd_reference):
     torch.manual_seed(0)
     model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=3, d_ff=32, max_len=16,
                              tie_embeddings=False, positional="learned"))
     blocks = torch.randint(4, 30, (STEPS * BATCH, 9))
     for row in range(len(blocks)):  # PAD 尾巴长短不一：各微批的非 PAD 目标数不同，整批平均 ≠ 微批平均的平均
         blocks[row, 2 + (row * 5) % 7 :] = PAD
-    ref = make_lm(model.config)
-    ref.load_state_dict(model.state_dict())
-    optimizer = torch.optim.SGD(ref.parameters(), lr=LR)
-    losses = []
-    for s in range(STEPS):
-        b = blocks[s * BATCH : (s + 1) * BATCH]
-        optimizer.zero_grad()
-        loss = F.cross_entropy(ref(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten(), ignore_index=PAD)
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return model, blocks, losses, {k: v.detach() for k, v in ref.named_parameters()}
+    losses, params = sgd_reference(model, blocks, STEPS, BATCH, LR)
+    return model, blocks, losses, params
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("mode, stages", [("manual_1f1b", 2), ("manual", 3), ("manual_1f1b", 3)])
 def test_manual_schedules_equal_single_process_and_record_a_timeline(problem, mode, stages):
     model, blocks, losses, params = problem
@@ -154,6 +144,7 @@ def test_manual_schedules_equal_single_process_and_record_a_timeline(problem, mo
             assert all(a.end <= b.start for a, b in zip(events, events[1:]))
 
 
+@pytest.mark.distributed
 def test_measured_timeline_has_every_box_and_a_bubble():
     torch.manual_seed(1)
     model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=16,

@@ -42,6 +42,7 @@ def _assert_same_training(ref, res, params):
         assert torch.allclose(params[name], value, atol=1e-6, rtol=0), name
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("activation", ["gelu", "swiglu"])
 def test_manual_megatron_split_trains_like_the_unsplit_block(activation):
     block, x, target, mask = _problem(activation)
@@ -57,6 +58,7 @@ def test_manual_megatron_split_trains_like_the_unsplit_block(activation):
     assert res[0]["params"]["attn.w_q.weight"].shape == (8, 16) and res[0]["params"]["ffn.w_1.weight"].shape == (16, 16)
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize(("mode", "activation"), [("torch", "gelu"), ("torch_block", "gelu"), ("torch_block", "swiglu")])
 def test_torch_tensor_parallel_trains_like_the_unsplit_block(mode, activation):
     """≥ 5 步：曾经从第 2 步起偏离（spawn 传来的参数在两个进程间共享内存，见 tensor_parallel 模块说明）。"""
@@ -78,6 +80,7 @@ def test_torch_tensor_parallel_trains_like_the_unsplit_block(mode, activation):
         assert torch.equal(value, before[name]), name
 
 
+@pytest.mark.distributed
 def test_torch_tensor_parallel_attention_output_gradients_and_local_heads():
     """一步的输出与梯度（训练测试已覆盖带掩码的情形；这里 mask=None 也要能进 DTensor 的注意力）。"""
     mode = "torch_block"

@@ -38,6 +38,7 @@ def poem_batch():
     return model.train(), inputs, targets
 
 
+@pytest.mark.slow
 def test_fp16_gradients_underflow_and_grad_scaler_fixes_them(poem_batch):
     out = gradient_underflow(*poem_batch)
     # 实测（4 × 128 个词元）：fp16 里 61% 的 logits 梯度为 0、参数梯度误差 2.5%；加 GradScaler 后 1.9%、0.15%
@@ -58,6 +59,7 @@ def test_fp16_gradients_underflow_and_grad_scaler_fixes_them(poem_batch):
         assert out[mode]["loss"] == pytest.approx(out["fp32"]["loss"], abs=0.01)
 
 
+@pytest.mark.slow
 def test_bf16_training_loss_stays_within_tolerance_of_fp32():
     losses = compare_autocast_training(20, batch_size=4, d_model=32, n_layers=1, d_ff=64)
     assert len(losses["fp32"]) == len(losses["bf16"]) == 20

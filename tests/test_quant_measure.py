@@ -25,6 +25,7 @@ def test_perplexity_through_a_plain_cache_equals_lm_perplexity_and_int8_kv_chang
     assert quantized[1] != plain[1] and quantized[1] == pytest.approx(plain[1], rel=0.05)
 
 
+@pytest.mark.slow
 def test_small_measurement_on_the_shipped_model():
     from tformer_lib.lm import load_poem_model
     from tformer_lib.lm.data import encode_documents, loss_targets, pad_documents, split_documents

@@ -87,6 +87,7 @@ def test_ci_scripts_exist_and_parse():
         subprocess.run(["bash", "-n", str(ROOT / script)], check=True, timeout=30)
 
 
+@pytest.mark.slow
 def test_scripts_print_their_usage():
     procs = [subprocess.Popen([sys.executable, str(ROOT / s), "--help"], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for s in SCRIPTS_WITH_HELP]
@@ -105,6 +106,7 @@ def test_help_lists_all_six_subcommands(capsys):
         assert re.search(rf"^\s+{name}\s", text, flags=re.M), f"--help 没有列出 {name}：\n{text}"
 
 
+@pytest.mark.slow
 def test_every_cli_command_in_the_readme_runs_in_a_fresh_directory(tmp_path, monkeypatch, capsys):
     """按 README 的顺序在一个空目录里运行：先用随库模型（不训练），再训练、再用训练出的检查点。"""
     monkeypatch.chdir(tmp_path)

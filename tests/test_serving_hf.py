@@ -2,17 +2,13 @@
 ``save_pretrained`` 存盘，再放一个字节级 BPE 的 ``tokenizer.json``（一个汉字跨几个词元）。官方 ``openai`` 客户端
 发文字提示：temperature=0 的词元与 ``transformers`` 自己的 ``generate`` 相同，流式拼起来的文字与整段回复相同。"""
 
-import socket
-import threading
-import time
-
 import pytest
 import torch
 
 openai = pytest.importorskip("openai")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 
 from tformer_lib.serving import create_app  # noqa: E402
 from tformer_lib.serving.cli import load_served_model  # noqa: E402
@@ -38,7 +34,7 @@ def _byte_level_tokenizer():
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, serve_in_thread):
     directory = tmp_path_factory.mktemp("hf") / "tiny-llama"
     config = transformers.LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
@@ -55,20 +51,9 @@ def served(tmp_path_factory):
     model, tokenizer, name, eos_ids, suppress_ids = load_served_model(directory)
     assert name == "tiny-llama" and eos_ids == (2,) and suppress_ids == ()
     app = create_app(model, tokenizer, model_name=name, max_batch=4, eos_id=eos_ids[0], suppress_ids=suppress_ids)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started:
-        assert time.time() < deadline and thread.is_alive(), "服务 30 秒内没有就绪"
-        time.sleep(0.05)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", timeout=60, max_retries=0)
-    yield client, theirs, tok
-    server.should_exit = True
-    thread.join(timeout=20)
+    with serve_in_thread(app) as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", timeout=60, max_retries=0)
+        yield client, theirs, tok
 
 
 def _transformers_greedy(theirs, tok, prompt, n):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 openai = pytest.importorskip("openai")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 
 from tformer_lib.lm import generate  # noqa: E402
 from tformer_lib.lm.pretrained import load_poem_model  # noqa: E402
@@ -28,25 +28,13 @@ PROMPTS = ["五言绝句《春晓》", "七言绝句《送别》", "五言律诗
 
 
 @pytest.fixture(scope="module")
-def served():
+def served(serve_in_thread):
     model, tokenizer, _ = load_poem_model()
     app = create_app(model, tokenizer, model_name=NAME, max_batch=8, eos_id=EOS, body_timeout=2.0)
     SERVED["app"] = app
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started:
-        assert time.time() < deadline and thread.is_alive(), "服务 30 秒内没有就绪"
-        time.sleep(0.05)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", timeout=60, max_retries=0)
-    yield client, port, model, tokenizer
-    server.should_exit = True
-    thread.join(timeout=20)
-    assert not thread.is_alive(), "服务 20 秒内没有停下"
+    with serve_in_thread(app) as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", timeout=60, max_retries=0)
+        yield client, port, model, tokenizer
 
 
 def _greedy(model, tokenizer, prompt, n):

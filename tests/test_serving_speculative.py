@@ -82,6 +82,7 @@ def test_shipped_draft_is_small_shares_the_tokenizer_and_keeps_outputs():
     assert stats.accepted > 0  # 训练过的草稿确实猜对了一些
 
 
+@pytest.mark.slow
 def test_build_draft_checkpoint_writes_a_loadable_file(tmp_path):
     from tformer_lib.serving.draft import build_draft_checkpoint, load_draft_model
 

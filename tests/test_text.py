@@ -151,6 +151,7 @@ def test_bpe_vocab_layout(ours, fast):
     assert len(set(ours.token_bytes[BYTE_OFFSET:])) == VOCAB - BYTE_OFFSET  # 每个词元的字节串都不同
 
 
+@pytest.mark.slow
 def test_bpe_round_trip_on_every_poem(ours, fast):
     for text in poem_texts("valid"):  # 教学版：留出的一个划分里的每一首
         assert ours.decode(ours.encode(text), errors="strict") == text

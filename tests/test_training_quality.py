@@ -27,6 +27,7 @@ from tformer_lib.training import Trainer, evaluate, load_checkpoint
 TINY = dict(epochs=1, d_model=32, n_heads=2, d_ff=32)  # 只为测缓存机制的小模型
 
 
+@pytest.mark.slow
 def test_copy_task_reaches_99_percent_on_200_held_out_sequences():
     # 在生成随包检查点的 AMD EPYC 上是 200/200；在 Intel Xeon（同为 AVX512）上浮点累加顺序不同，得到 199/200。
     # 学会复制任务是这里要证明的事，不是某一颗 CPU 上的最后一个样本，所以门槛是 ≥ 99%。
@@ -85,6 +86,7 @@ def _skip_unless_same_torch(path):
         pytest.skip("逐位复现要求单线程（tests/conftest.py 会设为 1）")
 
 
+@pytest.mark.slow
 def test_fresh_single_thread_training_reproduces_the_shipped_weights(request, tmp_path):
     _skip_unless_same_torch(shipped_checkpoint_path("sinusoidal"))  # 先判断，不能复现就不花时间训练
     fresh = request.getfixturevalue("fresh_toy")
@@ -95,6 +97,7 @@ def test_fresh_single_thread_training_reproduces_the_shipped_weights(request, tm
     assert evaluate(fresh[0], load_toy_data()["test"], tv)["exact_match"] >= 0.95
 
 
+@pytest.mark.slow
 def test_toy_translation_reaches_95_percent_on_order_swapped_test_split(toy):
     model, sv, tv, hist = toy
     data = load_toy_data()
@@ -109,6 +112,7 @@ def test_toy_translation_reaches_95_percent_on_order_swapped_test_split(toy):
         "artificial intelligence", "the dog", "three small cats"]
 
 
+@pytest.mark.slow
 def test_toy_beam_is_at_least_greedy_on_test_split(toy):
     model, _, tv, _ = toy
     test = load_toy_data()["test"]
@@ -117,6 +121,7 @@ def test_toy_beam_is_at_least_greedy_on_test_split(toy):
     assert beam >= greedy >= 0.95
 
 
+@pytest.mark.slow
 def test_toy_beam_never_finds_a_less_likely_sentence_than_greedy(toy):
     """α=0 时束搜索的目标就是总 log 概率：它找到的句子不能比贪心的更不可能。"""
     model = toy[0]
@@ -129,6 +134,7 @@ def test_toy_beam_never_finds_a_less_likely_sentence_than_greedy(toy):
         assert gap.min().item() >= -1e-4, (k, gap.min().item())
 
 
+@pytest.mark.slow
 def test_toy_model_is_cached_and_loads_fast(tmp_path):
     model, sv, tv, hist = load_or_train_toy_model(directory=tmp_path, **TINY)  # 训练并写缓存
     assert len(list(tmp_path.glob("*.pt"))) == 1
@@ -140,6 +146,7 @@ def test_toy_model_is_cached_and_loads_fast(tmp_path):
     assert not again.training
 
 
+@pytest.mark.slow
 def test_training_leaves_the_callers_global_rng_untouched(tmp_path):
     torch.manual_seed(7)
     expected = torch.rand(3)
@@ -151,6 +158,7 @@ def test_training_leaves_the_callers_global_rng_untouched(tmp_path):
     assert torch.equal(torch.rand(3), expected)
 
 
+@pytest.mark.slow
 def test_training_recipe_overrides_get_their_own_cache_file(tmp_path):
     tiny = dict(epochs=1, directory=tmp_path, d_model=32, n_heads=2, d_ff=32)
     _, _, _, hist = load_or_train_toy_model(warmup=1, lr_factor=0.5, clip_grad_norm=None, eval_decode=False, **tiny)
@@ -160,6 +168,7 @@ def test_training_recipe_overrides_get_their_own_cache_file(tmp_path):
     assert len(list(tmp_path.glob("*.pt"))) == 2
 
 
+@pytest.mark.slow
 def test_corrupt_cache_is_retrained_with_a_warning(tmp_path):
     model, *_ = load_or_train_toy_model(directory=tmp_path, **TINY)
     (path,) = tmp_path.glob("*.pt")
@@ -168,6 +177,7 @@ def test_corrupt_cache_is_retrained_with_a_warning(tmp_path):
         load_or_train_toy_model(directory=tmp_path, **TINY)
 
 
+@pytest.mark.slow
 def test_ablation_without_positional_encoding_fails_order_swapped_pairs(toy, tmp_path):
     test = load_toy_data()["test"]
     tv = toy[2]
@@ -189,6 +199,7 @@ def test_cache_dir_env_override(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "x" / "tformer"
 
 
+@pytest.mark.slow
 def test_fresh_one_epoch_training_reproduces_the_shipped_snapshot(tmp_path):
     """第 7 章的 1-epoch 快照：在生成它的 CPU 上，单线程现训 1 个 epoch 逐位得到同一份权重。"""
     path = shipped_checkpoint_path("sinusoidal", epochs=1)

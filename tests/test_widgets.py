@@ -33,6 +33,7 @@ EXPLORERS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", EXPLORERS)
 def test_each_explorer_shows_its_default_figure_and_a_static_fallback(make):
     ex = make()
@@ -48,6 +49,7 @@ def test_each_explorer_shows_its_default_figure_and_a_static_fallback(make):
     assert plt.get_fignums() == []  # 不在 pyplot 注册表里留图
 
 
+@pytest.mark.slow
 def test_changing_a_control_replaces_the_image():
     ex = W.softmax_scaling_explorer()
     before = bytes(ex.image.value)
@@ -60,6 +62,7 @@ def test_changing_a_control_replaces_the_image():
         ex.update(nope=1)
 
 
+@pytest.mark.slow
 def test_positional_explorer_keeps_dimension_valid_when_d_model_shrinks():
     ex = W.positional_encoding_explorer(dimension=60, d_model=64)
     ex.update(d_model=16)
@@ -90,6 +93,7 @@ def test_attention_explorer_switches_layer_and_head():
         W.attention_explorer(w, layer=3)
 
 
+@pytest.mark.slow
 def test_mask_and_lr_explorers_pass_their_controls_through():
     ex = W.mask_explorer()
     ex.update(len_a=3, example=0, causal=False)
@@ -130,6 +134,7 @@ STATIC_DEFAULTS = {  # 每个章节探索器默认的静态控件
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", STATIC_DEFAULTS)
 def test_static_frames_differ_are_jslinked_and_fit_the_budget(name):
     make, static = STATIC_DEFAULTS[name]
@@ -153,6 +158,7 @@ def test_static_frames_differ_are_jslinked_and_fit_the_budget(name):
     assert ex.frame_bytes() * 1.34 <= W.CHAPTER_FRAME_BUDGET / 2, ex.frame_bytes()
 
 
+@pytest.mark.slow
 def test_static_explorer_still_computes_live_in_a_kernel():
     ex = W.softmax_scaling_explorer()
     frames_before = [bytes(f.value) for f in ex.frames]

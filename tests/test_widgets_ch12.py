@@ -21,6 +21,7 @@ def _check_static(ex, static, values):
     return pngs
 
 
+@pytest.mark.distributed
 def test_pipeline_explorer_frames_per_micro_batch_count():
     ex = pipeline_schedule_explorer()
     _check_static(ex, "micro_batches", list(PIPELINE_MICRO_BATCHES))
@@ -31,6 +32,7 @@ def test_pipeline_explorer_frames_per_micro_batch_count():
     assert pipeline_schedule_explorer(micro_batches=3)._option_values() == [1, 2, 3, 4, 8, 16]
 
 
+@pytest.mark.distributed
 def test_zero_explorer_frames_per_world_size_with_measured_at_its_size():
     measured = {"parameters": 400.0, "gradients": 400.0, "optimizer": 800.0}
     ex = zero_memory_explorer(200, measured=measured)
