@@ -106,9 +106,9 @@ def _cid(item) -> str:
 _MULTI_PROCESS = {"check_allreduce_gradients"}
 
 
-def _params(items) -> list:
-    """参数化用的 pytest.param：id 见 ``_cid``，多进程检查器的用例带 ``distributed`` 标记。"""
-    return [pytest.param(item, id=_cid(item),
+def _params(items, ids=_cid) -> list:
+    """参数化用的 pytest.param：id 由 ``ids(item)`` 给出，多进程检查器的用例带 ``distributed`` 标记。"""
+    return [pytest.param(item, id=ids(item),
                          marks=[pytest.mark.distributed] if item[1].id in _MULTI_PROCESS else [])
             for item in items]
 
@@ -158,10 +158,8 @@ def test_reference_passes_deterministically_without_touching_global_rng(item, ca
     assert second.passed
 
 
-@pytest.mark.parametrize("item", [
-    pytest.param((m, c, f), id=f"{m}-{c.id}-{getattr(f, '__name__', 'alt')}",
-                 marks=[pytest.mark.distributed] if c.id in _MULTI_PROCESS else [])
-    for m, c in _CASES for f in c.also_correct])
+@pytest.mark.parametrize("item", _params([(m, c, f) for m, c in _CASES for f in c.also_correct],
+                                         ids=lambda it: f"{it[0]}-{it[1].id}-{getattr(it[2], '__name__', 'alt')}"))
 def test_other_correct_answers_pass(item, capsys):
     _, case, fn = item
     result = case.checker(fn)
