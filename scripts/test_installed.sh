@@ -74,6 +74,8 @@ PY
 
 # 书里打印的数字不能依赖 CPU 的指令集：PyTorch 的两种 CPU 内核（AVX2 与不向量化的 default）各跑一遍全部笔记本，
 # 两个进程并行、各自单线程、各用一份笔记本副本与缓存目录（ARM 上没有 AVX2，只跑 default）。
+# TorchInductor 的编译缓存也各用一份：它的缓存键不含 ATEN_CPU_CAPABILITY，在另一种指令集下编译好的 C++ 内核
+# 被拿来用时会报 “SystemError: <built-in function kernel> returned a result with an exception set”（torch 2.13，第 14 章）。
 caps="${TFORMER_CAPS:-default}"
 [ -z "${TFORMER_CAPS:-}" ] && [ "$(uname -m)" = x86_64 ] && caps="avx2 default"
 step "在仓库外用 nbval 重跑全部笔记本（ATEN_CPU_CAPABILITY=${caps// / 与 =}，并行）"
@@ -95,6 +97,7 @@ for cap in $caps; do
   book="$WORK/book-$cap"
   ( start=$(date +%s) rc=0
     cd "$book" && ATEN_CPU_CAPABILITY=$cap TFORMER_CACHE="$book/cache" MPLCONFIGDIR="$book/mpl" \
+      TORCHINDUCTOR_CACHE_DIR="$book/inductor" \
       "$V" -m pytest notebooks --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
       -p no:cacheprovider -q > "$book/log" 2>&1 || rc=$?
     echo "   ATEN_CPU_CAPABILITY=$cap：$(tail -n 1 "$book/log")（$(( $(date +%s) - start )) 秒）"

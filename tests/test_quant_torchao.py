@@ -18,16 +18,14 @@ import torch
 from torch import nn
 
 from tformer_lib.quant import Int8Linear, quantize_groupwise
+from tformer_lib.quant.torchao_twin import reciprocal_rounding_differs, torchao_int8_weight_only
 
 torchao = pytest.importorskip("torchao")
 
 
 def _reciprocal_differs(w: torch.Tensor, scale: torch.Tensor, q_min: int, q_max: int) -> torch.Tensor:
-    """``round(w / s)`` 与 ``round(w * (1 / s))`` 截断后不同的位置。"""
-    w, scale = w.float(), scale.float()
-    divide = torch.round(w / scale).clamp(q_min, q_max)
-    multiply = torch.round(w * (1.0 / scale)).clamp(q_min, q_max)
-    return divide != multiply
+    """``round(w / s)`` 与 ``round(w * (1 / s))`` 截断后不同的位置（库里的 :func:`reciprocal_rounding_differs`）。"""
+    return reciprocal_rounding_differs(w, scale, {-128: 8, -8: 4}[q_min])
 
 
 def _torchao_int8(linear: nn.Linear):
@@ -89,3 +87,18 @@ def test_int4_matches_torchao_primitives_except_where_division_and_reciprocal_ro
     differs = _reciprocal_differs(w, expanded, -8, 7)
     assert torch.equal(q != theirs, differs)
     assert bool(((q.int() - theirs.int())[differs].abs() == 1).all())
+
+
+def test_torchao_twin_returns_torchao_int8_tensors_and_leaves_the_layer_alone():
+    torch.manual_seed(2)
+    linear = nn.Linear(64, 48)
+    before = linear.weight.detach().clone()
+    q, scale = torchao_int8_weight_only(linear)
+    t = _torchao_int8(linear).weight
+    assert q.dtype == torch.int8 and torch.equal(q, t.qdata)
+    assert scale.shape == (48,) and torch.equal(scale, t.scale.flatten())
+    assert torch.equal(linear.weight, before) and type(linear.weight) is nn.Parameter
+    with pytest.raises(TypeError, match="linear 应是 nn.Linear"):
+        torchao_int8_weight_only(nn.Conv1d(2, 2, 1))
+    w, s = torch.tensor([[0.5, 1.5, 2.5]]), torch.tensor([[1.0]])
+    assert not reciprocal_rounding_differs(w, s).any()  # 除以 1 与乘 1 相同

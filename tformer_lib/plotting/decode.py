@@ -58,6 +58,8 @@ def plot_decode_breakdown(breakdowns: Mapping[str, Mapping[str, float]], *, floo
         for key, label, style in (("flop_floor_s", "FLOP 下限", "--"), ("byte_floor_s", "字节下限", ":")):
             ms = _seconds(f"floors[{key!r}]", floors[key]) * 1e3
             ax.axhline(ms, color="#333333", ls=style, lw=1, label=f"{label} {ms:.2g} ms")
+    # 柱子上方留出放图例的地方（对数纵轴要留得多些），图例不会盖住最高的柱
+    ax.set_ylim(top=float(bottom.max()) * (8 if floors is not None else 1.6))
     ax.set_xticks(x, names)
     ax.set_ylabel("每步耗时（毫秒）")
     ax.set_title(title or "一步解码的时间花在哪里")

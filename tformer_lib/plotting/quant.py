@@ -70,5 +70,9 @@ def plot_gemv_roofline(result: Mapping, *, title: str | None = None):
     """大 GEMV 的各种做法放在屋顶线上：实心点是屋顶（按各自必须搬动的字节），空心点是实测 FLOP/s。"""
     points, measured = gemv_roofline_points(result)
     n = result.get("n", "?")
-    return plot_roofline(points, float(result["peak_flops"]), float(result["bandwidth"]), measured=measured,
-                         title=title or f"{n}×{n} 的矩阵–向量乘：字节少了，屋顶才高")
+    fig = plot_roofline(points, float(result["peak_flops"]), float(result["bandwidth"]), measured=measured,
+                        title=title or f"{n}×{n} 的矩阵–向量乘：字节少了，屋顶才高")
+    ax = fig.axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, labels, fontsize=8, loc="upper left")  # 左上角是空的：实测的空心点多在右下方
+    return fig
