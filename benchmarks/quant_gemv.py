@@ -6,7 +6,9 @@
 
 - **int8 eager**（:class:`~tformer_lib.quant.Int8Linear` 的前向）：先把整块 int8 权重转成 fp32（读 1 字节、写 4 字节），
   再做 fp32 的 GEMV（再读 4 字节）——比 fp32 读写得还多，所以更慢；
-- **int8 compiled**：``torch.compile`` 之后，Inductor 能否把转换融进乘法里、只读 int8（实测见结果）；
+- **int8 compiled**：``torch.compile`` 之后的 ``Int8Linear``（fp32 的 x）。torch 2.13 的 Inductor 没有把转换融进乘法：它先生成
+  一个把 int8 权重转成 fp32 的内核（写出整块 fp32 权重），再调用 ``mm``——搬的字节与 eager 相同，按 eager 计。Inductor 的
+  权重 int8 融合（换成 ``_weight_int8pack_mm``）只在 x 与比例因子都是 bf16 时才匹配；
 - **int8 fused kernel**：PyTorch 自带的 CPU 内核 ``torch._weight_int8pack_mm``（gpt-fast 在 CPU 上用的就是它），
   边读 int8 边乘；分别给它 fp32 与 bf16 的 x（它对两种输入的实现快慢不同，实测见结果）。
 
@@ -91,8 +93,8 @@ def run(n: int, rounds: int, compile_: bool = True) -> dict:
         moved = linear_weight_bytes(n, n, fmt) + 2 * x_bytes  # 权重（+比例因子）读一遍，x 读一遍，y 写一遍
         if name == "int8 fused (bf16 x)":
             moved -= 2 * n  # 比例因子是 bf16（2 字节）而不是 float32
-        if name == "int8 eager":
-            moved += 2 * 4 * n * n  # 先写出一份 fp32 权重，GEMV 再把它读一遍
+        if name in ("int8 eager", "int8 compiled"):
+            moved += 2 * 4 * n * n  # 先写出一份 fp32 权重，GEMV 再把它读一遍（编译后也是这样，见模块说明）
         med = statistics.median(s)
         intensity = arithmetic_intensity(flops, moved)
         rows[name] = {

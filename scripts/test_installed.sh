@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 读者的情形：不在本仓库里，只有装好的包。
 #
-#   1. 构建轮子（wheel），连同 notebooks 这组可选依赖（openai、triton）装进一个新的虚拟环境
+#   1. 构建轮子（wheel），连同 notebooks 这组可选依赖（openai、torchao、triton）装进一个新的虚拟环境
 #      （按 constraints.txt，torch 取 2.13.0 的 CPU 轮子）；
 #   2. 检查“装好的文件”（不是源码树）里有字体、玩具模型、数据和结果文件，且导入的是装好的包；
 #   3. 把全部笔记本（各章与 notebooks/solutions/）复制到仓库外的临时目录，用 nbval 在那里重跑，

@@ -22,6 +22,43 @@ def _seed():
     torch.manual_seed(0)
 
 
+def _starts_distributed(args) -> bool:
+    """一条子进程命令是不是 torchrun（``torchrun …`` 或 ``python -m torch.distributed.run …``）。"""
+    words = [str(a) for a in (args if isinstance(args, (list, tuple)) else str(args).split())]
+    return any(w.endswith("torchrun") or w == "torch.distributed.run" for w in words)
+
+
+@pytest.fixture(autouse=True)
+def _distributed_mark_guard(request, monkeypatch):
+    """启动进程（multiprocessing / torch.multiprocessing 的 Process、torchrun）的测试必须带 ``distributed`` 标记：
+    快速一轮（``-m "not slow and not distributed"``）靠这个标记把它们排除。没带标记却启动了进程 → 测试失败。"""
+    if request.node.get_closest_marker("distributed") is not None:
+        yield
+        return
+    import multiprocessing.process
+    import subprocess
+
+    started = []
+    process_start = multiprocessing.process.BaseProcess.start
+    popen_init = subprocess.Popen.__init__
+
+    def start(self, *args, **kwargs):
+        started.append(f"multiprocessing 进程 {self.name}")
+        return process_start(self, *args, **kwargs)
+
+    def init(self, args, *rest, **kwargs):
+        if _starts_distributed(args):
+            started.append(f"torchrun（{args!r:.60}）")
+        return popen_init(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start)
+    monkeypatch.setattr(subprocess.Popen, "__init__", init)
+    yield
+    if started:
+        pytest.fail(f"这个测试启动了{started[0]}，却没有 @pytest.mark.distributed 标记（pyproject.toml 的 markers）",
+                    pytrace=False)
+
+
 @pytest.fixture
 def tiny_model_attention():
     """一个 2+1 层的小模型跑一次前向后留下的注意力权重（画图与控件测试共用）。"""

@@ -156,11 +156,31 @@ def test_bad_arguments_are_named():
 
 @pytest.mark.slow
 def test_compiled_step_on_a_tiny_model_matches_generate():
-    """唯一的编译测试：Inductor 的 C++ 后端编译一个 1 块的小模型，贪心与采样都与 generate 逐词元相同。"""
+    """唯一的编译测试：Inductor 的 C++ 后端编译一个 1 块的小模型，用 benchmarks/decode.py 的全部选项（冻结、C++ 包装、
+    跳过守卫），贪心、采样与遇到 EOS 就停的生成都与 generate 逐词元相同。"""
     model = random_model(n_layers=1, d_model=16, n_heads=2, d_ff=32)
-    decoder = StaticDecoder(model, compile=True)
+    decoder = StaticDecoder(model, compile=True, freeze=True, skip_guards=True, cpp_wrapper=True)
     prompt = torch.randint(3, 61, (2, 4), generator=torch.Generator().manual_seed(4))
     assert torch.equal(decoder.generate(prompt, 12, method="greedy"), generate(model, prompt, 12, method="greedy"))
     got = decoder.generate(prompt, 12, top_k=10, generator=torch.Generator().manual_seed(3))
     assert torch.equal(got, generate(model, prompt, 12, top_k=10, generator=torch.Generator().manual_seed(3)))
     assert set(decoder.compile_seconds) == {2} and decoder.compile_seconds[2] > 0
+    eos = int(generate(model, prompt[:1], 12, method="greedy")[0, 5])  # 第一行第 6 个词：让生成在中途停下
+    got = decoder.generate(prompt, 12, method="greedy", eos_id=eos)
+    assert torch.equal(got, generate(model, prompt, 12, method="greedy", eos_id=eos))
+    with pytest.raises(ValueError, match="mode 与 freeze"):
+        StaticDecoder(model, mode="default", freeze=True)
+
+
+def test_static_decoder_checks_max_len_empty_batches_and_long_prompts_up_front():
+    from tformer_lib.inference import StaticDecoder, generate_static
+    from tformer_lib.lm import LMConfig, make_lm
+
+    model = make_lm(LMConfig(vocab_size=40, d_model=32, n_heads=2, n_layers=1, d_ff=64, max_len=16)).eval()
+    for bad in (0, -1, True, 3.5, 17):
+        with pytest.raises(ValueError, match="max_len"):
+            StaticDecoder(model, compile=False, max_len=bad)
+    with pytest.raises(ValueError, match="空批次"):
+        generate_static(model, torch.empty(0, 3, dtype=torch.long), 2, method="greedy")
+    with pytest.raises(ValueError, match="超过了缓存的槽位数"):
+        generate_static(model, torch.randint(2, 40, (1, 17)), method="greedy")

@@ -29,3 +29,21 @@ def test_bad_breakdowns_are_named(render):
         plot_decode_breakdown({"a": {"matmul": 1.0}})
     with pytest.raises(ValueError, match="overhead"):
         plot_decode_breakdown({"a": {"overhead": -1.0, "matmul": 1.0, "attention": 0.0, "other": 0.0}})
+
+
+def test_breakdown_plot_refuses_bad_floors_infinite_times_and_a_non_axes():
+    import pytest
+
+    from tformer_lib.plotting.decode import plot_decode_breakdown
+
+    parts = {"overhead": 1e-3, "matmul": 1e-3, "attention": 1e-4, "other": 1e-4}
+    for floors in ({"flop_floor_s": 1e-4}, [1, 2], {"flop_floor_s": 0.0, "byte_floor_s": 1e-4}):
+        with pytest.raises(ValueError, match="floors"):
+            plot_decode_breakdown({"a": parts}, floors=floors)
+    with pytest.raises(ValueError, match="有限的非负秒数"):
+        plot_decode_breakdown({"a": {**parts, "matmul": float("inf")}})
+    with pytest.raises(TypeError, match="ax"):
+        plot_decode_breakdown({"a": parts}, ax="x")
+    zero = dict.fromkeys(parts, 0.0)
+    with pytest.raises(ValueError, match="大于 0"):
+        plot_decode_breakdown({"a": zero}, floors={"flop_floor_s": 1e-4, "byte_floor_s": 1e-4})

@@ -212,3 +212,76 @@ def test_real_model_rows_use_the_presets():
     assert rows[0]["sessions"]["bf16"] == (80 * 10**9 - rows[0]["weight_bytes"]) // (4096 * 2 * 32 * 32 * 128 * 2)
     with pytest.raises(ValueError, match="预设"):
         real_model_rows(("gpt-5",))
+
+
+# ---------------------------------------------------------------- 坏输入与边角（一次独立的接口攻击找到的）
+def test_a_plain_tensor_bias_is_registered_moved_and_counted():
+    import torch
+    from tformer_lib.quant import Int4Linear, Int8Linear, pack_int4, quantize_groupwise, quantize_symmetric, tensor_bytes
+
+    w = torch.randn(3, 64)
+    q4, s4 = quantize_groupwise(w, 4, 32)
+    m4 = Int4Linear(pack_int4(q4), s4, 64, 32, bias=torch.randn(3))
+    assert "bias" in m4.state_dict() and tensor_bytes(m4) == 3 * 32 + 3 * 2 * 4 + 3 * 4
+    q8, s8 = quantize_symmetric(w, 8)
+    m8 = Int8Linear(q8, s8.squeeze(1), bias=torch.randn(3))
+    assert "bias" in m8.state_dict() and not m8.bias.requires_grad
+    assert m8.to(torch.float64).bias.dtype == torch.float64
+    for bad, err in ((torch.randn(4), ValueError), ([1.0, 2.0, 3.0], TypeError)):
+        with pytest.raises(err, match="bias"):
+            Int8Linear(q8, s8.squeeze(1), bias=bad)
+    for scale in (-s8.squeeze(1), torch.zeros(3), torch.full((3,), float("nan")), torch.ones(3, dtype=torch.int64)):
+        with pytest.raises((ValueError, TypeError), match="scale"):
+            Int8Linear(q8, scale)
+    for in_features in (64.0, True, -64, 63):
+        with pytest.raises(ValueError, match="in_features"):
+            Int4Linear(pack_int4(q4), s4, in_features, 32)
+
+
+def test_quantize_model_refuses_an_already_quantized_model():
+    from tformer_lib.lm import LMConfig, make_lm
+    from tformer_lib.quant import quantize_model
+
+    model = quantize_model(make_lm(LMConfig(vocab_size=40, d_model=32, n_heads=2, n_layers=1, d_ff=64, max_len=8)), "int8")
+    for fmt in ("int4-g32", "bf16", "int8"):
+        with pytest.raises(ValueError, match="已经量化过"):
+            quantize_model(model, fmt)
+
+
+def test_non_finite_weights_and_bad_dequantize_arguments_are_refused():
+    import torch
+    from tformer_lib.quant import (dequantize_groupwise, dequantize_symmetric, quantize_groupwise, quantize_symmetric,
+                                   unpack_int4)
+
+    bad = torch.tensor([[1.0, float("nan")], [1.0, float("inf")]])
+    with pytest.raises(ValueError, match="NaN 或 inf"):
+        quantize_symmetric(bad, 8)
+    with pytest.raises(ValueError, match="NaN 或 inf"):
+        quantize_groupwise(bad, 4, 2)
+    q, s = quantize_symmetric(bad, 8, check_finite=False)  # K/V 的热路径不扫描
+    assert q.shape == (2, 2)
+    with pytest.raises(ValueError, match="bits"):
+        quantize_symmetric(torch.randn(2, 4), 8.0)
+    q, s = quantize_groupwise(torch.randn(4, 8), 4, 4)
+    with pytest.raises(ValueError, match="scale 的形状"):
+        dequantize_groupwise(q, s[:, :1].repeat(1, 3))
+    with pytest.raises(TypeError, match="dtype"):
+        dequantize_symmetric(q, s[:, :1], torch.int8)
+    with pytest.raises(TypeError, match="dtype"):
+        dequantize_symmetric(q, s[:, :1], "float32")
+    with pytest.raises(TypeError, match="q 应是整数张量"):
+        dequantize_symmetric(q.float(), s[:, :1])
+    with pytest.raises(ValueError, match="广播"):
+        dequantize_symmetric(q, torch.ones(3, 1))
+    with pytest.raises(ValueError, match="至少要有一维"):
+        unpack_int4(torch.tensor(5, dtype=torch.uint8), 1)
+
+
+def test_sessions_per_memory_names_the_argument_that_is_wrong():
+    from tformer_lib.lm import PRESETS
+    from tformer_lib.quant import sessions_per_memory
+
+    with pytest.raises(ValueError, match="kv_fmt"):
+        sessions_per_memory(PRESETS["llama-2-7b"], "bf16", "int4-g32", 10)
+    with pytest.raises(ValueError, match="weight_fmt"):
+        sessions_per_memory(PRESETS["llama-2-7b"], "int3", "bf16", 10)

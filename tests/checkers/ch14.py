@@ -9,9 +9,10 @@ from tformer_lib.exercises.ch14 import (
     check_int4_weight_bytes,
     check_pack_int4,
     check_quantize_per_channel,
-    check_speculative_speedup,
+    check_break_even_alpha,
 )
 from tformer_lib.quant import Int4Linear, linear_weight_bytes, pack_int4, quantize_symmetric
+from tformer_lib.serving.speculative import expected_speedup
 
 
 # ---- 练习 1（推导并核对）：out·in/2 字节的整数权重 + 每组一个 float32 比例因子 ----
@@ -118,6 +119,13 @@ def _no_offset(q):
     return u[..., 0::2] | (u[..., 1::2] << 4)
 
 
+def _cast(q):
+    u = q.to(torch.uint8)  # 没加 8：−8 → 248
+    if u.shape[-1] % 2:
+        u = torch.cat([u, torch.zeros_like(u[..., :1])], dim=-1)
+    return u[..., 0::2] | (u[..., 1::2] << 4)
+
+
 def _drops_last(q):
     u = (q.to(torch.int16) + 8).to(torch.uint8)
     n = u.shape[-1] // 2 * 2
@@ -129,29 +137,56 @@ PACK = Case(check_pack_int4, ref_pack_int4, also_correct=[_loop_pack], wrong=[
     Wrong("swapped", _swapped, key="swapped"),
     Wrong("no_offset", _no_offset, key="no_offset"),
     Wrong("drops_last", _drops_last, key="odd_length"),
+    Wrong("pads_q_zero", lambda q: ref_pack_int4(torch.cat([q, torch.zeros_like(q[..., :1])], -1)) if q.shape[-1] % 2
+          else ref_pack_int4(q), key="pad_nibble"),
+    Wrong("cast", lambda q: _cast(q), key="cast_without_offset"),
     Wrong("int16", lambda q: ref_pack_int4(q).to(torch.int16), key="dtype"),
     Wrong("library", pack_int4, key="library_call"),
 ])
 
 
-# ---- 练习 4（预测再验证）：(1 − α^(k+1)) / ((1 − α)(k·c + r))，α = 1 时取 k + 1 ----
-def ref_speculative_speedup(alpha, k, c, r):
-    tokens = k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return tokens / (k * c + r)
+# ---- 练习 4（推导并核对）：(1 − α^(k+1)) / ((1 − α)(k·c + r)) ≥ target 的最小 α ----
+def _speedup(a, k, c, r):
+    return sum(a**n for n in range(k + 1)) / (k * c + r)  # 等比级数逐项加：α = 1 时自然是 k + 1
 
 
-def _sum_form(a, k, c, r):  # 几何级数逐项加：α = 1 时自然得到 k + 1，也对
-    return sum(a**n for n in range(k + 1)) / (k * c + r)
+def ref_break_even_alpha(k, c, r, target):
+    if _speedup(0.0, k, c, r) >= target:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(50):  # 加速比随 α 单调增：二分
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _speedup(mid, k, c, r) >= target else (mid, hi)
+    return hi
 
 
-SPEEDUP = Case(check_speculative_speedup, ref_speculative_speedup, returns="number", also_correct=[_sum_form], wrong=[
-    Wrong("hard_coded", lambda a, k, c, r: 0.85),
-    Wrong("no_r", lambda a, k, c, r: _sum_form(a, k, c, 1), key="no_r"),
-    Wrong("no_draft_cost", lambda a, k, c, r: _sum_form(a, k, 0, r)),
-    Wrong("k_plus_one_drafts", lambda a, k, c, r: _sum_form(a, k, c, r) * (k * c + r) / ((k + 1) * c + r)),
-    Wrong("expected_accepted", lambda a, k, c, r: (_sum_form(a, k, c, r) * (k * c + r) - 1) / (k * c + r),
-          key="expected_accepted"),
-    Wrong("zero_division_at_one", lambda a, k, c, r: (1 - a ** (k + 1)) / (1 - a) / (k * c + r), key="exception"),
+def _grid(k, c, r, target):  # 足够细的网格，也对
+    return next(a / 10000 for a in range(10001) if _speedup(a / 10000, k, c, r) >= target)
+
+
+def _solve_with(speedup):
+    def solve(k, c, r, target):
+        if speedup(0.0, k, c, r) >= target:
+            return 0.0
+        lo, hi = 0.0, 1.0
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if speedup(mid, k, c, r) >= target else (mid, hi)
+        return hi
+    return solve
+
+
+BREAK_EVEN = Case(check_break_even_alpha, ref_break_even_alpha, returns="number", also_correct=[_grid], wrong=[
+    Wrong("hard_coded", lambda k, c, r, t: 0.91),
+    Wrong("no_r", _solve_with(lambda a, k, c, r: _speedup(a, k, c, 1.0)), key="no_r"),
+    Wrong("no_draft_cost", _solve_with(lambda a, k, c, r: _speedup(a, k, 0.0, r)), key="no_draft_cost"),
+    Wrong("untruncated", _solve_with(lambda a, k, c, r: (1 / (1 - a) if a < 1 else 1e9) / (k * c + r)),
+          key="untruncated"),
+    Wrong("returns_speedup", lambda k, c, r, t: t, key="speedup_not_alpha"),
+    Wrong("coarse_grid", lambda k, c, r, t: next(a / 20 for a in range(21) if _speedup(a / 20, k, c, r) >= t)),
+    Wrong("library", lambda k, c, r, t: next(a / 10000 for a in range(10001)
+                                              if expected_speedup(a / 10000, k, c) * (k * c + 1) / (k * c + r) >= t),
+          key="library_call"),
 ])
 
-CASES = [INT4_BYTES, QUANTIZE, PACK, SPEEDUP]
+CASES = [INT4_BYTES, QUANTIZE, PACK, BREAK_EVEN]

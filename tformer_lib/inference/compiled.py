@@ -10,15 +10,19 @@ CPU 上 TorchInductor 把整步（嵌入、N 块、输出层）生成一个 C++ 
 
 CPU 上另外两招，都只在编译时打开（``StaticDecoder`` 的参数）：
 
-- ``freeze=True``：Inductor 的冻结（freezing）把权重当作常量编进图里，线性层换成 oneDNN 预先重排（prepack）过
-  权重的内核。代价：之后再改模型的权重，图不会知道——改了权重就新建一个 ``StaticDecoder``；
+- ``freeze=True``：Inductor 的冻结（freezing）把权重当作常量编进图里（常量可以提前折叠；有 oneDNN 的构建里线性层还可能
+  换成预先重排过权重的内核——本书用的 torch 2.13 CPU 构建的剖析里线性层仍是 ``aten::addmm``，没有换）。代价：之后再改
+  模型的权重，图可能不知道——改了权重就新建一个 ``StaticDecoder``；
+- ``cpp_wrapper=True``：Inductor 生成的图平时由一段 Python 包装代码（wrapper）逐个调用其中的内核与矩阵乘法；这个选项把
+  包装也生成成 C++，每步少几十次 Python 调用（编译多花几秒）；
 - ``skip_guards=True``：每次调用编译函数前，Dynamo 要检查一遍“守卫”（guard：输入的形状、模块的 training 标志……
-  是否与编译时相同），小模型上这一检查占一步的一成以上。解码循环里这些条件我们自己保证不变（形状固定、
+  是否与编译时相同），小模型上这一检查是每步固定开销里不小的一份。解码循环里这些条件我们自己保证不变（形状固定、
   ``model.eval()``），所以第一步之后用 ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` 跳过它。
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 
@@ -53,6 +57,8 @@ def _prompt_rows(prompt, vocab_size: int) -> tuple[list[list[int]], bool]:
         rows, single = [list(r) for r in prompt], False
     else:
         raise TypeError(f"prompt 应是 id 列表、LongTensor (T,) / (B, T) 或 id 列表的列表，收到 {type(prompt).__name__}")
+    if not rows:
+        raise ValueError("prompt 是空批次（0 行）：至少要有一条提示")
     for i, row in enumerate(rows):
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in row) or min(row) < 0 or max(row) >= vocab_size:
             raise ValueError(f"prompt 第 {i} 行应全是 [0, {vocab_size}) 内的整数 id，收到 {row!r:.60}")
@@ -70,21 +76,27 @@ class StaticDecoder:
     """
 
     def __init__(self, model: nn.Module, *, compile: bool = True, mode: str | None = None, max_len: int | None = None,
-                 freeze: bool = False, skip_guards: bool = False):
+                 freeze: bool = False, skip_guards: bool = False, cpp_wrapper: bool = False):
         check_model("model", model)
         if not hasattr(model, "embed") or not hasattr(model, "blocks"):
             raise TypeError(f"model 应是 DecoderOnlyLM（有 embed 与 blocks），收到 {type(model).__name__}")
-        for name, value in (("compile", compile), ("freeze", freeze), ("skip_guards", skip_guards)):
+        for name, value in (("compile", compile), ("freeze", freeze), ("skip_guards", skip_guards),
+                            ("cpp_wrapper", cpp_wrapper)):
             flag(name, value)
         if mode not in COMPILE_MODES:
             raise ValueError(f"mode 应是 {COMPILE_MODES} 之一，收到 {mode!r}")
         self.model, self.compile, self.mode = model, compile, mode
         self.skip_guards = compile and skip_guards
+        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
+                                    or not 1 <= max_len <= model.config.max_len):
+            raise ValueError(f"max_len 应是 [1, config.max_len={model.config.max_len}] 内的整数（缓存的槽位数），收到 {max_len!r}")
         self.max_len = model.config.max_len if max_len is None else max_len
         self._caches: dict[int, StaticKVCache] = {}
         self.compile_seconds: dict[int, float] = {}
         step = self._decode_step
-        options = {"freezing": True} if freeze else None
+        if mode is not None and (freeze or cpp_wrapper):
+            raise ValueError("mode 与 freeze/cpp_wrapper 不能同时给：torch.compile 的 mode 与 options 只能二选一")
+        options = {key: True for key, on in (("freezing", freeze), ("cpp_wrapper", cpp_wrapper)) if on} or None
         self._step = torch.compile(step, mode=mode, fullgraph=True, dynamic=False, options=options) if compile else step
 
     def cache(self, batch: int) -> StaticKVCache:
@@ -137,7 +149,8 @@ class StaticDecoder:
         eos_id: int | None = None,
         suppress_ids: Sequence[int] = (PAD, BOS),
     ) -> torch.Tensor:
-        """参数与返回值同 :func:`tformer_lib.lm.generate`（返回新词元 ``(B, L)``，1-D 提示时 ``(L,)``），逐词元相同。
+        """参数与返回值同 :func:`tformer_lib.lm.generate`（返回新词元 ``(B, L)``，1-D 提示时 ``(L,)``），逐词元相同；
+        没有 ``use_cache``（静态缓存总是开着），也不接受空批次。
 
         另外支持长短不一的提示（id 列表的列表）：左侧填充后一起生成，每行与单独生成它相同（贪心时；
         采样时整批共用一个 generator，抽数的次序与逐条生成不同）。
@@ -153,6 +166,8 @@ class StaticDecoder:
         check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
         rows, single = _prompt_rows(prompt, model.config.vocab_size)
         width = max(len(r) for r in rows)
+        if width > self.max_len:
+            raise ValueError(f"最长的提示有 {width} 个词元，超过了缓存的槽位数 L={self.max_len}")
         if max_new_tokens is None:
             max_new_tokens = self.max_len - width
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -167,18 +182,23 @@ class StaticDecoder:
         model.eval()
         try:
             cache = self.cache(batch)
-            out = torch.full((batch, max_new_tokens), PAD, dtype=torch.long, device=device)
+            chosen: list[torch.Tensor] = []  # 每步选出的词 (B,)，最后拼成 (B, L)
             done = torch.zeros(batch, dtype=torch.bool, device=device)
-            slot = torch.tensor([width], device=device)  # (1,) 下一个词元写进的槽位
+            # 第 i 步（i ≥ 1）写进的槽位 (1,)：事先切好，循环里不再为它启动一个加法算子
+            slots = torch.arange(width, width + max_new_tokens, device=device).split(1)
             banned = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # (V,)
             banned[[t for t in suppress_ids if 0 <= t < model.config.vocab_size]] = True
+            stance = contextlib.ExitStack()  # 第二个解码步起跳过守卫：整个循环只进出一次 set_stance
             for i in range(max_new_tokens):
                 if i == 0:
                     logits = self.prefill(cache, tokens, pads)  # (B, V)
                     greedy = None
+                elif i == 1 or not self.skip_guards:
+                    logits, greedy = self.decode_step(cache, nxt[:, None], slots[i - 1], pads, banned)  # (B, V), (B,)
                 else:
-                    logits, greedy = self.decode_step(cache, nxt[:, None], slot, pads, banned)  # (B, V), (B,)
-                    slot = slot + 1
+                    if i == 2:
+                        stance.enter_context(torch.compiler.set_stance("default", skip_guard_eval_unsafe=True))
+                    logits, greedy = self._step(cache, nxt[:, None], slots[i - 1], pads, banned)  # (B, V), (B,)
                 # 选词：与 lm.generate 相同（贪心时解码步已在图里选好；采样用同样的分布、同样的随机数次序）
                 if method == "greedy":
                     if greedy is None:  # 预填充之后的第一个词：与 generate 同一行代码（顺带检查 logits 有限）
@@ -187,15 +207,16 @@ class StaticDecoder:
                 else:
                     probs = next_token_distribution(logits, temperature, top_k, top_p, suppress_ids)
                     nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
-                nxt = nxt.masked_fill(done, PAD)
-                out[:, i] = nxt
-                if eos_id is not None:
+                if eos_id is not None:  # 已经结束的行只补 PAD（没有 eos_id 时没有行会结束，省掉这两个算子）
+                    nxt = nxt.masked_fill(done, PAD)
                     done |= nxt == eos_id
-                    if bool(done.all()):
-                        out = out[:, : i + 1]
-                        break
+                chosen.append(nxt)
+                if eos_id is not None and bool(done.all()):
+                    break
+            stance.close()
         finally:
             model.train(was_training)
+        out = torch.stack(chosen, dim=1) if chosen else torch.full((batch, 0), PAD, dtype=torch.long, device=device)
         return out[0] if single else out
 
 

@@ -29,21 +29,21 @@ __all__ = ["CompiledSpeculative"]
 class CompiledSpeculative:
     """``target`` 与 ``draft`` 各一个 :class:`StaticDecoder`（批大小 1），外加目标的 k + 1 词验证步。
 
-    ``compile``、``freeze``、``skip_guards`` 的含义同 :class:`StaticDecoder`；``compile=False`` 时全是 eager（测试用）。
+    ``compile``、``freeze``、``skip_guards``、``cpp_wrapper`` 的含义同 :class:`StaticDecoder`；``compile=False`` 时全是 eager（测试用）。
     """
 
     def __init__(self, target, draft, k: int = 2, *, compile: bool = True, freeze: bool = False,
-                 skip_guards: bool = False):
+                 skip_guards: bool = False, cpp_wrapper: bool = False):
         check_model("target", target)
         check_model("draft", draft)
         self.k = positive_int("k", k)
         if target.config.vocab_size != draft.config.vocab_size:
             raise ValueError(f"draft 的词表大小 {draft.config.vocab_size} 与 target 的 {target.config.vocab_size} 不同")
-        options = dict(compile=compile, freeze=freeze, skip_guards=skip_guards)
+        options = dict(compile=compile, freeze=freeze, skip_guards=skip_guards, cpp_wrapper=cpp_wrapper)
         self.target, self.draft = StaticDecoder(target, **options), StaticDecoder(draft, **options)
         verify = self._verify_step
-        self._verify = torch.compile(verify, fullgraph=True, dynamic=False,
-                                     options={"freezing": True} if freeze else None) if compile else verify
+        inductor = {key: True for key, on in (("freezing", freeze), ("cpp_wrapper", cpp_wrapper)) if on} or None
+        self._verify = torch.compile(verify, fullgraph=True, dynamic=False, options=inductor) if compile else verify
 
     def _verify_step(self, cache, tokens: torch.Tensor, slots: torch.Tensor, pads: torch.Tensor,
                      banned: torch.Tensor) -> torch.Tensor:

@@ -19,8 +19,8 @@ _PARTS = (("overhead", "Python 与分派开销", "#d62728"), ("matmul", "矩阵�
 
 
 def _seconds(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not value >= 0:
-        raise ValueError(f"{name} 应为非负的秒数，收到 {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not 0 <= value < float("inf"):
+        raise ValueError(f"{name} 应为有限的非负秒数，收到 {value!r}")
     return float(value)
 
 
@@ -34,6 +34,14 @@ def plot_decode_breakdown(breakdowns: Mapping[str, Mapping[str, float]], *, floo
     """
     if not isinstance(breakdowns, Mapping) or not breakdowns:
         raise ValueError("breakdowns 应是非空的 {路径名: {overhead, matmul, attention, other}} 字典")
+    if floors is not None:
+        if not isinstance(floors, Mapping) or any(k not in floors for k in ("flop_floor_s", "byte_floor_s")):
+            raise ValueError(f"floors 应是含 'flop_floor_s' 与 'byte_floor_s' 的字典（秒），收到 {floors!r:.80}")
+        for key in ("flop_floor_s", "byte_floor_s"):
+            if not _seconds(f"floors[{key!r}]", floors[key]) > 0:
+                raise ValueError(f"floors[{key!r}] 应是正的秒数（纵轴是对数的），收到 {floors[key]!r}")
+    if ax is not None and not hasattr(ax, "bar"):
+        raise TypeError(f"ax 应是 matplotlib 的 Axes 或 None，收到 {type(ax).__name__}")
     names = list(breakdowns)
     values = {}
     for path in names:
@@ -54,6 +62,8 @@ def plot_decode_breakdown(breakdowns: Mapping[str, Mapping[str, float]], *, floo
     for xi, total in zip(x, bottom):
         ax.text(xi, total, f"{total:.3g} ms", ha="center", va="bottom", fontsize=9)
     if floors is not None:
+        if not bottom.min() > 0:
+            raise ValueError("给了 floors（对数纵轴）时，每根柱的总耗时都应大于 0")
         ax.set_yscale("log")
         for key, label, style in (("flop_floor_s", "FLOP 下限", "--"), ("byte_floor_s", "字节下限", ":")):
             ms = _seconds(f"floors[{key!r}]", floors[key]) * 1e3

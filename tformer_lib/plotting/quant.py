@@ -58,19 +58,28 @@ def plot_quantization(rows: Sequence[Mapping], *, title: str | None = None):
 
 
 def gemv_roofline_points(result: Mapping) -> tuple[dict[str, float], dict[str, float]]:
-    """从 GEMV 基准结果取出 ``({做法: 算术强度}, {做法: 实测 FLOP/s})``，交给 :func:`plot_roofline`。"""
+    """从 GEMV 基准结果取出 ``({做法: 算术强度}, {做法: 实测 FLOP/s})``，交给 :func:`plot_roofline`。
+
+    ``result`` 要有 ``"peak_flops"``、``"bandwidth"`` 与非空的 ``"variants"``；每个做法要有 ``"intensity_flop_per_byte"``
+    与 ``"achieved_flops"``（``benchmarks/quant_gemv.py`` 写的结果文件就是这样）。"""
     if not isinstance(result, Mapping) or not isinstance(result.get("variants"), Mapping) or not result["variants"]:
         raise ValueError("result 应是 benchmarks/quant_gemv.py 的结果字典（含非空的 'variants'）")
+    missing = [k for k in ("peak_flops", "bandwidth") if k not in result]
+    missing += [f"variants[{name!r}][{k!r}]" for name, v in result["variants"].items()
+                for k in ("intensity_flop_per_byte", "achieved_flops") if not isinstance(v, Mapping) or k not in v]
+    if missing:
+        raise ValueError(f"result 缺少 {'、'.join(missing)}（应是 benchmarks/quant_gemv.py 的结果字典）")
     points = {name: float(v["intensity_flop_per_byte"]) for name, v in result["variants"].items()}
     measured = {name: float(v["achieved_flops"]) for name, v in result["variants"].items()}
     return points, measured
 
 
 def plot_gemv_roofline(result: Mapping, *, title: str | None = None):
-    """大 GEMV 的各种做法放在屋顶线上：实心点是屋顶（按各自必须搬动的字节），空心点是实测 FLOP/s。"""
+    """大 GEMV 的各种做法放在屋顶线上：实心点是屋顶（按各自搬动的字节），空心点是实测 FLOP/s。``result`` 的键见
+    :func:`gemv_roofline_points`。"""
     points, measured = gemv_roofline_points(result)
     n = result.get("n", "?")
-    fig = plot_roofline(points, float(result["peak_flops"]), float(result["bandwidth"]), measured=measured,
+    fig = plot_roofline(points, result["peak_flops"], result["bandwidth"], measured=measured,
                         title=title or f"{n}×{n} 的矩阵–向量乘：字节少了，屋顶才高")
     ax = fig.axes[0]
     handles, labels = ax.get_legend_handles_labels()

@@ -37,6 +37,8 @@ def unpack_int4(packed: torch.Tensor, n: int) -> torch.Tensor:
     """:func:`pack_int4` 的逆：uint8 ``(..., ⌈n/2⌉)`` → int8 ``(..., n)``，取值 [−8, 7]。"""
     if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8:
         raise TypeError(f"packed 应是 uint8 张量，收到 {getattr(packed, 'dtype', type(packed).__name__)}")
+    if packed.dim() == 0:
+        raise ValueError("packed 至少要有一维（沿最后一维解包）")
     if isinstance(n, bool) or not isinstance(n, int) or packed_length(n) != packed.shape[-1]:
         raise ValueError(f"n={n!r} 与 packed 的最后一维 {packed.shape[-1]} 不符：应有 ⌈n/2⌉ = packed.shape[-1]")
     low, high = packed & 0x0F, packed >> 4  # (..., ⌈n/2⌉) 各一份

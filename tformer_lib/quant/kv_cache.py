@@ -35,7 +35,7 @@ SCALE_BYTES = torch.finfo(SCALE_DTYPE).bits // 8  # 每行末尾比例因子的�
 
 def quantize_kv_rows(x: torch.Tensor) -> torch.Tensor:
     """``x`` ``(..., d_k)`` 浮点 → int8 行 ``(..., d_k + 4)``：d_k 个量化值，后接 float32 比例因子的 4 个字节。"""
-    q, scale = quantize_symmetric(x, bits=8)  # (..., d_k), (..., 1)
+    q, scale = quantize_symmetric(x, bits=8, check_finite=False)  # (..., d_k), (..., 1)：每步都量化，不扫描 NaN
     return torch.cat([q, scale.contiguous().view(torch.int8)], dim=-1)  # (..., d_k + 4)
 
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .affine import dequantize_groupwise, dequantize_symmetric, quantize_groupwise, quantize_symmetric
-from .int4_packing import pack_int4, unpack_int4
+from .int4_packing import pack_int4, packed_length, unpack_int4
 
 __all__ = ["Int8Linear", "Int4Linear", "INT4_GROUP_SIZES"]
 
@@ -37,6 +37,27 @@ def _copy_bias(linear: nn.Linear) -> nn.Parameter | None:
     return None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
 
 
+def _check_scale(scale, shape: tuple[int, ...]) -> None:
+    """比例因子：浮点张量、形状 ``shape``、每个都是有限的正数（构造时查一次，前向里不再查）。"""
+    if not isinstance(scale, torch.Tensor) or not scale.dtype.is_floating_point:
+        raise TypeError(f"scale 应是浮点张量，收到 {getattr(scale, 'dtype', type(scale).__name__)}")
+    if tuple(scale.shape) != shape:
+        raise ValueError(f"scale 的形状应为 {shape}，收到 {tuple(scale.shape)}")
+    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
+        raise ValueError("scale 的每个元素都应是有限的正数（对称量化的比例因子），收到了零、负数、NaN 或 inf")
+
+
+def _bias(bias, out_features: int) -> nn.Parameter | None:
+    """偏置注册成不求梯度的 Parameter（于是在 state_dict 里、随 .to() 移动）；形状必须是 (out,)。"""
+    if bias is None:
+        return None
+    if not isinstance(bias, torch.Tensor) or not bias.dtype.is_floating_point:
+        raise TypeError(f"bias 应是浮点张量或 None，收到 {getattr(bias, 'dtype', type(bias).__name__)}")
+    if tuple(bias.shape) != (out_features,):
+        raise ValueError(f"bias 的形状应为 ({out_features},)，收到 {tuple(bias.shape)}")
+    return bias if isinstance(bias, nn.Parameter) else nn.Parameter(bias.detach(), requires_grad=False)
+
+
 class Int8Linear(nn.Module):
     """逐通道 int8 权重的线性层：``weight`` int8 ``(out, in)``，``scale`` float32 ``(out,)``。"""
 
@@ -44,12 +65,11 @@ class Int8Linear(nn.Module):
         super().__init__()
         if weight.dtype != torch.int8 or weight.dim() != 2:
             raise TypeError(f"weight 应是二维 int8 张量 (out, in)，收到 {weight.dtype} {tuple(weight.shape)}")
-        if tuple(scale.shape) != (weight.shape[0],):
-            raise ValueError(f"scale 的形状应为 ({weight.shape[0]},)（每个输出通道一个），收到 {tuple(scale.shape)}")
+        _check_scale(scale, (weight.shape[0],))  # 每个输出通道一个
         self.out_features, self.in_features = weight.shape
         self.register_buffer("weight", weight)
         self.register_buffer("scale", scale)
-        self.bias = bias
+        self.bias = _bias(bias, self.out_features)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "Int8Linear":
@@ -80,16 +100,20 @@ class Int4Linear(nn.Module):
     def __init__(self, packed: torch.Tensor, scale: torch.Tensor, in_features: int, group_size: int,
                  bias: torch.Tensor | None = None):
         super().__init__()
-        if packed.dtype != torch.uint8 or packed.dim() != 2:
-            raise TypeError(f"packed 应是二维 uint8 张量 (out, in/2)，收到 {packed.dtype} {tuple(packed.shape)}")
-        if group_size not in INT4_GROUP_SIZES:
+        if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8 or packed.dim() != 2:
+            raise TypeError(f"packed 应是二维 uint8 张量 (out, in/2)，收到 {getattr(packed, 'dtype', type(packed).__name__)} "
+                            f"{tuple(getattr(packed, 'shape', ()))}")
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size not in INT4_GROUP_SIZES:
             raise ValueError(f"group_size 应是 {INT4_GROUP_SIZES} 之一，收到 {group_size!r}")
-        if in_features % group_size or tuple(scale.shape) != (packed.shape[0], in_features // group_size):
-            raise ValueError(f"scale 的形状应为 ({packed.shape[0]}, {in_features}/{group_size})，收到 {tuple(scale.shape)}")
+        if isinstance(in_features, bool) or not isinstance(in_features, int) or in_features < 1 or in_features % group_size:
+            raise ValueError(f"in_features 应是 group_size={group_size} 的正整数倍，收到 {in_features!r}")
+        if packed.shape[1] != packed_length(in_features):
+            raise ValueError(f"packed 的第二维应是 ⌈in_features/2⌉ = {packed_length(in_features)}，收到 {packed.shape[1]}")
+        _check_scale(scale, (packed.shape[0], in_features // group_size))  # 每行每组一个
         self.out_features, self.in_features, self.group_size = packed.shape[0], in_features, group_size
         self.register_buffer("packed", packed)
         self.register_buffer("scale", scale)
-        self.bias = bias
+        self.bias = _bias(bias, self.out_features)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group_size: int = 128) -> "Int4Linear":

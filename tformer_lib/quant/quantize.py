@@ -48,6 +48,10 @@ def quantize_model(model: nn.Module, fmt: str) -> nn.Module:
     one_of("fmt", fmt, WEIGHT_FORMATS)
     if isinstance(model, nn.Linear):
         raise TypeError("model 本身就是一个 nn.Linear：请直接用 Int8Linear.from_linear / Int4Linear.from_linear")
+    already = sorted({type(m).__name__ for m in model.modules() if isinstance(m, (Int8Linear, Int4Linear))})
+    if already:
+        raise ValueError(f"model 已经量化过（含 {'、'.join(already)}）：quantize_model 只接受浮点模型，"
+                         "请对原来的浮点模型（或它的 copy.deepcopy）调用")
     if fmt in FLOAT_FORMATS:
         return model.to(FLOAT_FORMATS[fmt])
     group_size = int4_group_size(fmt)

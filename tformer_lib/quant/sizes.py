@@ -131,6 +131,8 @@ def sessions_per_memory(config_or_model, weight_fmt: str, kv_fmt: str, context: 
                         memory_bytes: int = 80 * 10**9, dtype: torch.dtype = torch.bfloat16) -> int:
     """一块 ``memory_bytes`` 字节（默认 80 GB = 80·10⁹）的显存，放下权重之后还能同时容纳几条长 ``context`` 的会话：
     ⌊(显存 − 权重字节) / (每词元 K/V 字节 × context)⌋；权重都放不下时为 0。激活与框架开销不计。"""
+    one_of("weight_fmt", weight_fmt, WEIGHT_FORMATS)
+    one_of("kv_fmt", kv_fmt, KV_FORMATS)
     positive_int("context", context)
     positive_int("memory_bytes", memory_bytes)
     free = memory_bytes - weight_bytes(config_or_model, weight_fmt, dtype)
