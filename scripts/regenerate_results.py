@@ -39,6 +39,7 @@ RESULTS = {
     "quantization": "python -m tformer_lib.quant.measure --out tformer_lib/results/quantization.json",
     "quant_gemv": "python benchmarks/quant_gemv.py --n 8192 --rounds 15 --out tformer_lib/results/quant_gemv.json",
     "quant_real_models": "python -m tformer_lib.quant.real_models --out tformer_lib/results/quant_real_models.json",
+    "vs_transformers": "python benchmarks/vs_transformers.py --rounds 5 --out tformer_lib/results/vs_transformers.json",
 }
 
 

@@ -23,10 +23,11 @@ echo "== 1/5 库的单元测试（pytest tests，2 个进程）"
 python -m pytest tests -p no:cacheprovider -q -n 2 --dist worksteal
 timing
 
-# 基准的小规模版本：两种批处理、推测解码、静态缓存解码与单独生成逐词元相同，流程能跑通（数字不作结论）
-echo "== 2/5 基准的小规模版本（benchmarks/serving.py --quick、benchmarks/decode.py --quick）"
+# 基准的小规模版本：两种批处理、推测解码、静态缓存解码、与 transformers 对照的各条路径都与单独生成逐词元相同，流程能跑通（数字不作结论）
+echo "== 2/5 基准的小规模版本（benchmarks/serving.py、decode.py、vs_transformers.py 的 --quick）"
 python benchmarks/serving.py --quick
 python benchmarks/decode.py --quick
+python benchmarks/vs_transformers.py --quick
 timing
 
 # 笔记本的 nbval 回归在更严格的条件下跑：从轮子装进新的虚拟环境、笔记本复制到仓库外（读者的情形；仓库里能过、

@@ -32,7 +32,8 @@ SUBCOMMANDS = ("train", "translate", "evaluate", "lm-train", "lm-generate", "ser
 PARSE_ONLY = {"serve"}
 #: CI 里另有步骤真跑它们（scripts/test.sh）；这里只检查脚本在、能打印用法
 SCRIPTS_WITH_HELP = ("scripts/execute_notebooks.py", "benchmarks/train_step.py", "benchmarks/lm_step.py",
-                     "benchmarks/serving.py", "benchmarks/decode.py", "benchmarks/quant_gemv.py")
+                     "benchmarks/serving.py", "benchmarks/decode.py", "benchmarks/quant_gemv.py",
+                     "benchmarks/vs_transformers.py")
 
 
 def readme_commands() -> list[str]:
