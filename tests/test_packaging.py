@@ -6,11 +6,13 @@
 - 公开名字都能从包顶层导入。
 """
 
+import fcntl
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
 import zipfile
 from importlib.metadata import PackageNotFoundError, version
@@ -86,7 +88,7 @@ def test_constraints_pin_the_book_torch_and_are_used_by_every_setup_path():
         f"测试环境的 torch 是 {version('torch')}，书的输出是用 {BOOK_TORCH} 产生的")
     # 每个约束都针对一个真正的依赖（写错名字的约束会被 pip 静默忽略）
     names = {Requirement(r).name.lower().replace("_", "-") for r in _pyproject_requirements()}
-    transitive = {"pillow", "widgetsnbextension", "jupyterlab-widgets", "myst-nb", "myst-parser",
+    transitive = {"pillow", "widgetsnbextension", "jupyterlab-widgets", "myst-nb", "myst-parser", "accelerate",
                   "sphinx-book-theme", "pydata-sphinx-theme", "nbclient", "nbformat"}
     assert set(pins) <= names | transitive, set(pins) - names - transitive
     for path in ("scripts/_env.sh", "postBuild", "README.md"):
@@ -115,8 +117,11 @@ def _fake_dist(site: Path, name: str, ver: str) -> None:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(ROOT)], check=True, timeout=300)
+    # 两个 xdist 进程可能同时构建：setuptools 都写仓库里的 build/ 与 *.egg-info，会互相踩坏，所以排队构建
+    with open(Path(tempfile.gettempdir()) / "tformer-wheel-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                        "-w", str(out), str(ROOT)], check=True, timeout=300)
     (whl,) = out.glob("tformer_lib-*.whl")
     return whl
 
