@@ -8,7 +8,7 @@ CPU 上 TorchInductor 把整步（嵌入、N 块、输出层）生成一个 C++ 
 按同样的次序抽同样的随机数，所以种子相同的采样也逐词元相同（测试核对）。贪心的 argmax 放进图里（屏蔽特殊词后取
 最大者，与 ``generate`` 先 softmax 再 argmax 选的是同一个词：softmax 不改变大小次序）。
 
-CPU 上另外两招，都只在编译时打开（``StaticDecoder`` 的参数）：
+CPU 上另外三招，都只在编译时打开（``StaticDecoder`` 的参数）：
 
 - ``freeze=True``：Inductor 的冻结（freezing）把权重当作常量编进图里（常量可以提前折叠；有 oneDNN 的构建里线性层还可能
   换成预先重排过权重的内核——本书用的 torch 2.13 CPU 构建的剖析里线性层仍是 ``aten::addmm``，没有换）。代价：之后再改
@@ -188,32 +188,31 @@ class StaticDecoder:
             slots = torch.arange(width, width + max_new_tokens, device=device).split(1)
             banned = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # (V,)
             banned[[t for t in suppress_ids if 0 <= t < model.config.vocab_size]] = True
-            stance = contextlib.ExitStack()  # 第二个解码步起跳过守卫：整个循环只进出一次 set_stance
-            for i in range(max_new_tokens):
-                if i == 0:
-                    logits = self.prefill(cache, tokens, pads)  # (B, V)
-                    greedy = None
-                elif i == 1 or not self.skip_guards:
-                    logits, greedy = self.decode_step(cache, nxt[:, None], slots[i - 1], pads, banned)  # (B, V), (B,)
-                else:
-                    if i == 2:
-                        stance.enter_context(torch.compiler.set_stance("default", skip_guard_eval_unsafe=True))
-                    logits, greedy = self._step(cache, nxt[:, None], slots[i - 1], pads, banned)  # (B, V), (B,)
-                # 选词：与 lm.generate 相同（贪心时解码步已在图里选好；采样用同样的分布、同样的随机数次序）
-                if method == "greedy":
-                    if greedy is None:  # 预填充之后的第一个词：与 generate 同一行代码（顺带检查 logits 有限）
-                        greedy = next_token_distribution(logits, 1.0, None, None, suppress_ids).argmax(dim=-1)
-                    nxt = greedy  # (B,)
-                else:
-                    probs = next_token_distribution(logits, temperature, top_k, top_p, suppress_ids)
-                    nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
-                if eos_id is not None:  # 已经结束的行只补 PAD（没有 eos_id 时没有行会结束，省掉这两个算子）
-                    nxt = nxt.masked_fill(done, PAD)
-                    done |= nxt == eos_id
-                chosen.append(nxt)
-                if eos_id is not None and bool(done.all()):
-                    break
-            stance.close()
+            with contextlib.ExitStack() as stance:  # 第二个解码步起跳过守卫：整个循环只进出一次 set_stance（出错时也退出）
+                for i in range(max_new_tokens):
+                    if i == 0:
+                        logits = self.prefill(cache, tokens, pads)  # (B, V)
+                        greedy = None
+                    elif i == 1 or not self.skip_guards:
+                        logits, greedy = self.decode_step(cache, nxt[:, None], slots[i - 1], pads, banned)  # (B, V), (B,)
+                    else:
+                        if i == 2:
+                            stance.enter_context(torch.compiler.set_stance("default", skip_guard_eval_unsafe=True))
+                        logits, greedy = self._step(cache, nxt[:, None], slots[i - 1], pads, banned)  # (B, V), (B,)
+                    # 选词：与 lm.generate 相同（贪心时解码步已在图里选好；采样用同样的分布、同样的随机数次序）
+                    if method == "greedy":
+                        if greedy is None:  # 预填充之后的第一个词：与 generate 同一行代码（顺带检查 logits 有限）
+                            greedy = next_token_distribution(logits, 1.0, None, None, suppress_ids).argmax(dim=-1)
+                        nxt = greedy  # (B,)
+                    else:
+                        probs = next_token_distribution(logits, temperature, top_k, top_p, suppress_ids)
+                        nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+                    if eos_id is not None:  # 已经结束的行只补 PAD（没有 eos_id 时没有行会结束，省掉这两个算子）
+                        nxt = nxt.masked_fill(done, PAD)
+                        done |= nxt == eos_id
+                    chosen.append(nxt)
+                    if eos_id is not None and bool(done.all()):
+                        break
         finally:
             model.train(was_training)
         out = torch.stack(chosen, dim=1) if chosen else torch.full((batch, 0), PAD, dtype=torch.long, device=device)
