@@ -65,6 +65,11 @@ def _prompt_rows(prompt, vocab_size: int) -> tuple[list[list[int]], bool]:
     return rows, single
 
 
+def inductor_options(freeze: bool, cpp_wrapper: bool) -> dict | None:
+    """``torch.compile(options=…)`` 里本模块用到的两项 Inductor 选项（都不开时 None）。"""
+    return {key: True for key, on in (("freezing", freeze), ("cpp_wrapper", cpp_wrapper)) if on} or None
+
+
 class StaticDecoder:
     """围绕一个 :class:`~tformer_lib.lm.DecoderOnlyLM` 的快速生成器：静态 K/V 缓存 + （可选的）编译解码步。
 
@@ -96,7 +101,7 @@ class StaticDecoder:
         step = self._decode_step
         if mode is not None and (freeze or cpp_wrapper):
             raise ValueError("mode 与 freeze/cpp_wrapper 不能同时给：torch.compile 的 mode 与 options 只能二选一")
-        options = {key: True for key, on in (("freezing", freeze), ("cpp_wrapper", cpp_wrapper)) if on} or None
+        options = inductor_options(freeze, cpp_wrapper)
         self._step = torch.compile(step, mode=mode, fullgraph=True, dynamic=False, options=options) if compile else step
 
     def cache(self, batch: int) -> StaticKVCache:

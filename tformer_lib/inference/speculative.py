@@ -20,7 +20,7 @@ from ..lm.generate import check_eos_id
 from ..serving._validate import check_model, check_suppress_ids
 from ..serving.speculative import SpeculativeStats
 from ..specials import BOS, PAD
-from .compiled import StaticDecoder
+from .compiled import StaticDecoder, inductor_options
 from .step import static_forward
 
 __all__ = ["CompiledSpeculative"]
@@ -42,8 +42,8 @@ class CompiledSpeculative:
         options = dict(compile=compile, freeze=freeze, skip_guards=skip_guards, cpp_wrapper=cpp_wrapper)
         self.target, self.draft = StaticDecoder(target, **options), StaticDecoder(draft, **options)
         verify = self._verify_step
-        inductor = {key: True for key, on in (("freezing", freeze), ("cpp_wrapper", cpp_wrapper)) if on} or None
-        self._verify = torch.compile(verify, fullgraph=True, dynamic=False, options=inductor) if compile else verify
+        self._verify = torch.compile(verify, fullgraph=True, dynamic=False,
+                                     options=inductor_options(freeze, cpp_wrapper)) if compile else verify
 
     def _verify_step(self, cache, tokens: torch.Tensor, slots: torch.Tensor, pads: torch.Tensor,
                      banned: torch.Tensor) -> torch.Tensor:
