@@ -177,28 +177,15 @@ def check_quantize_per_channel(fn: Callable[..., Any], *, verbose: bool = True) 
 # ---- 实现：两个 int4 装一个字节 --------------------------------------------------------------------------
 
 
-def _reference_pack(q: torch.Tensor) -> torch.Tensor:
-    u = (q.to(torch.int16) + 8).to(torch.uint8)  # (..., n)，取值 [0, 15]
-    if u.shape[-1] % 2:
-        u = torch.cat([u, u.new_zeros(*u.shape[:-1], 1)], dim=-1)  # (..., n + 1)
-    return u[..., 0::2] | (u[..., 1::2] << 4)  # (..., ⌈n/2⌉)
-
-
-def _pack_with(q: torch.Tensor, offset: int, pad: int | None = None) -> torch.Tensor:
-    """按偏移 ``offset`` 打包；``pad`` 给出时，奇数长度先在 q 上补这个值再加偏移（常见的错法）。"""
+def _pack_with(q: torch.Tensor, offset: int = 8, *, mask: int = 0xFF, pad: int | None = None) -> torch.Tensor:
+    """按偏移 ``offset`` 打包，每个数先截成 ``mask`` 的位数：默认的 ``offset=8`` 就是正确答案；其他参数给出常见的错法
+    （``offset=0`` = 直接 ``q.to(uint8)``，``mask=0x0F`` = 补码的低 4 位，``pad`` = 奇数长度时先在 q 上补这个值再加偏移）。"""
     if pad is not None and q.shape[-1] % 2:
         q = torch.cat([q, torch.full_like(q[..., :1], pad)], dim=-1)
-    u = (q.to(torch.int16) + offset) & 0xFF
+    u = (q.to(torch.int16) + offset) & mask  # (..., n)
     if u.shape[-1] % 2:
-        u = torch.cat([u, torch.zeros_like(u[..., :1])], dim=-1)
-    return ((u[..., 0::2] | (u[..., 1::2] << 4)) & 0xFF).to(torch.uint8)
-
-
-def _pack_cast(q: torch.Tensor) -> torch.Tensor:
-    u = q.to(torch.uint8)  # −8 → 248
-    if u.shape[-1] % 2:
-        u = torch.cat([u, torch.zeros_like(u[..., :1])], dim=-1)
-    return u[..., 0::2] | (u[..., 1::2] << 4)
+        u = torch.cat([u, torch.zeros_like(u[..., :1])], dim=-1)  # (..., n + 1)：补半个字节
+    return ((u[..., 0::2] | (u[..., 1::2] << 4)) & 0xFF).to(torch.uint8)  # (..., ⌈n/2⌉)
 
 
 def check_pack_int4(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
@@ -220,7 +207,7 @@ def check_pack_int4(fn: Callable[..., Any], *, verbose: bool = True) -> CheckRes
             got = f(q.clone())
             if not isinstance(got, torch.Tensor):
                 raise Mistake(f"{call}：应返回 uint8 张量，你返回的是 {type(got).__name__}", key="type")
-            want = _reference_pack(q)
+            want = _pack_with(q)
             if got.dtype != torch.uint8:
                 raise Mistake(f"{call}：结果的 dtype 应是 torch.uint8（一个字节装两个 4 位数），你的是 {got.dtype}", key="dtype")
             if got.shape[-1] == n // 2 and n % 2:
@@ -229,19 +216,15 @@ def check_pack_int4(fn: Callable[..., Any], *, verbose: bool = True) -> CheckRes
             if tuple(got.shape) != tuple(want.shape):
                 raise Mistake(f"{call}：结果的形状应为 {tuple(want.shape)}，你的是 {tuple(got.shape)}", key="shape")
             swapped = (want >> 4) | ((want & 0x0F) << 4)
-            unsigned = q.to(torch.int16) & 0x0F  # 补码的低 4 位，没有加 8
-            if unsigned.shape[-1] % 2:
-                unsigned = torch.cat([unsigned, unsigned.new_zeros(*unsigned.shape[:-1], 1)], dim=-1)
-            twos = (unsigned[..., 0::2] | (unsigned[..., 1::2] << 4)).to(torch.uint8)
             variants = [
                 Variant("pad_nibble", f"{call}：n = {n} 是奇数，补的应是一个 0 的半字节（最后一个字节的高 4 位为 0）；"
-                        "先补 q = 0 再加 8，高 4 位就成了 8", _pack_with(q, 8, pad=0)),
+                        "先补 q = 0 再加 8，高 4 位就成了 8", _pack_with(q, pad=0)),
                 Variant("offset", f"{call}：偏移应是 8（[−8, 7] + 8 = [0, 15]），不是 7 或 16", _pack_with(q, 7)),
                 Variant("cast_without_offset", f"{call}：q.to(torch.uint8) 把负数变成了 256 + q（−8 → 248），"
-                        "高位溢出、左移后也装不进 4 位。先加 8 把取值移到 [0, 15]", _pack_cast(q)),
+                        "高位溢出、左移后也装不进 4 位。先加 8 把取值移到 [0, 15]", _pack_with(q, 0)),
                 Variant("swapped", f"{call}：高低 4 位放反了——约定是偶数下标在低 4 位（u[2i] | u[2i+1] << 4）", swapped),
                 Variant("no_offset", f"{call}：直接取了补码的低 4 位（q & 0xF）。这也是一种编码，但本书（和 unpack_int4）"
-                        "的约定是先加 8 把 [−8, 7] 移到 [0, 15]", twos),
+                        "的约定是先加 8 把 [−8, 7] 移到 [0, 15]", _pack_with(q, 0, mask=0x0F)),
             ]
             compare(got.double(), want.double(), variants=[Variant(v.key, v.hint, v.value.double()) for v in variants
                                                           if not torch.equal(v.value.to(torch.uint8), want)],
