@@ -81,22 +81,6 @@ def _train_step(model, tokens, hf: bool):
     return step
 
 
-def _interleaved(paths: dict, rounds: int) -> dict[str, list[float]]:
-    for fn in paths.values():  # 热身
-        fn()
-    times = {name: [] for name in paths}
-    for _ in range(rounds):
-        for name, fn in paths.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def _ratio(times: dict, ours: str, theirs: str) -> dict:
-    return _summary([a / b for a, b in zip(times[ours], times[theirs])])
-
-
 def _requests(vocab: int, n: int, seed: int = 0) -> list[tuple[list[int], int]]:
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -123,6 +107,7 @@ def _hf_static_batches(theirs, requests, batch: int) -> list[list[int]]:
 
 
 def run(size: str, rounds: int, quick: bool) -> dict:
+    from tformer_lib.benchmarking import interleaved_samples, ratio_summary
     from tformer_lib.inference import StaticDecoder
     from tformer_lib.lm import generate
     from tformer_lib.serving import Engine
@@ -147,16 +132,17 @@ def run(size: str, rounds: int, quick: bool) -> dict:
     steps = {"ours": _train_step(ours_t, tokens, hf=False), "transformers": _train_step(theirs_t, tokens, hf=True)}
     first = {name: fn() for name, fn in steps.items()}
     result["train_first_loss_diff"] = abs(first["ours"] - first["transformers"])
-    times = _interleaved(steps, rounds)
+    times = interleaved_samples(steps, rounds, warmup=1)
     result["train_step"] = {"seconds": {k: _summary(v) for k, v in times.items()},
-                            "ours/transformers": _ratio(times, "ours", "transformers"), "batch": [batch, seq]}
+                            "ours/transformers": ratio_summary(times["ours"], times["transformers"]), "batch": [batch, seq]}
 
     # 预填充
     prompt = torch.randint(3, vocab, (1, 64), generator=g)  # (1, 64)
     with torch.no_grad():
-        times = _interleaved({"ours": lambda: ours(prompt), "transformers": lambda: theirs(input_ids=prompt)}, rounds)
+        times = interleaved_samples({"ours": lambda: ours(prompt), "transformers": lambda: theirs(input_ids=prompt)},
+                                    rounds, warmup=1)
     result["prefill"] = {"seconds": {k: _summary(v) for k, v in times.items()},
-                         "ours/transformers": _ratio(times, "ours", "transformers")}
+                         "ours/transformers": ratio_summary(times["ours"], times["transformers"])}
 
     # 贪心解码
     new_tokens = 16 if quick else 64
@@ -181,11 +167,11 @@ def run(size: str, rounds: int, quick: bool) -> dict:
                 do_sample=False, suppress_tokens=[0, 1], pad_token_id=0, eos_token_id=None),
         }
         with torch.no_grad():
-            times = _interleaved(paths, rounds)
+            times = interleaved_samples(paths, rounds, warmup=1)
         result["decode"][f"B{b}"] = {
             "ms_per_step": {k: _summary([t / new_tokens * 1e3 for t in v]) for k, v in times.items()},
-            "generate/transformers": _ratio(times, "generate", "transformers"),
-            "compiled/transformers": _ratio(times, "compiled", "transformers"),
+            "generate/transformers": ratio_summary(times["generate"], times["transformers"]),
+            "compiled/transformers": ratio_summary(times["compiled"], times["transformers"]),
             "identical_to_our_greedy": identical, "compile_seconds": compile_seconds}
 
     # 服务：引擎 vs generate 的静态批次
@@ -200,12 +186,11 @@ def run(size: str, rounds: int, quick: bool) -> dict:
 
     identical = {"engine": engine_run() == want, "transformers": _hf_static_batches(theirs, requests, 8) == want}
     with torch.no_grad():
-        times = _interleaved({"engine": engine_run, "transformers": lambda: _hf_static_batches(theirs, requests, 8)},
-                             rounds)
+        times = interleaved_samples({"engine": engine_run, "transformers": lambda: _hf_static_batches(theirs, requests, 8)},
+                                    rounds, warmup=1)
     result["serving"] = {"requests": len(requests), "useful_tokens": useful,
                          "tokens_per_second": {k: _summary([useful / t for t in v]) for k, v in times.items()},
-                         "engine/transformers_throughput": _summary([b / a for a, b in zip(times["engine"],
-                                                                                               times["transformers"])]),
+                         "engine/transformers_throughput": ratio_summary(times["transformers"], times["engine"]),
                          "identical_to_our_greedy": identical}
     return result
 
