@@ -33,7 +33,7 @@ GROUPS = [
     ("measurement", ("memory", "precision", "profiling", "costs", "benchmarking")),
     ("parallel", ("parallel",)),
     ("serving", ("serving",)),
-    ("part4", ("scale", "inference", "quant", "kernels")),  # 第四部分：建在推理服务与并行之上
+    ("part4", ("scale", "inference", "quant", "kernels", "finetune")),  # 第四部分：建在推理服务与并行之上
     ("experiments", ("ablations", "norm_placement", "modern_variants", "length_generalization", "experiments")),
     ("presentation", ("source", "notebook", "plotting", "widgets", "exercises", "fonts")),
     ("commands", ("cli", "__main__", "commands")),

@@ -26,8 +26,9 @@ SHORTEN = {
     "evaluate": ["--limit", "8", "--no-progress"],
     "lm-train": ["--steps", "2", "--total-steps", "2", "--warmup", "1", "--eval-every", "2", "--d-model", "16",
                  "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--batch-size", "2", "--no-progress"],
+    "lm-finetune": ["--steps", "2"],
 }
-SUBCOMMANDS = ("train", "translate", "evaluate", "lm-train", "lm-generate", "serve")
+SUBCOMMANDS = ("train", "translate", "evaluate", "lm-train", "lm-generate", "serve", "lm-finetune")
 #: 只解析参数、不运行的子命令（会一直运行下去）
 PARSE_ONLY = {"serve"}
 #: CI 里另有步骤真跑它们（scripts/test.sh）；这里只检查脚本在、能打印用法
@@ -98,7 +99,7 @@ def test_scripts_print_their_usage():
     assert any(_kind(w) == "pytest" for w in COMMANDS)
 
 
-def test_help_lists_all_six_subcommands(capsys):
+def test_help_lists_every_subcommand(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0
@@ -123,7 +124,7 @@ def test_every_cli_command_in_the_readme_runs_in_a_fresh_directory(tmp_path, mon
             continue
         argv = words[3:]
         if argv == ["--help"]:
-            continue  # 见 test_help_lists_all_six_subcommands
+            continue  # 见 test_help_lists_every_subcommand
         sub = next(a for a in argv if a in SUBCOMMANDS)
         if sub in PARSE_ONLY:
             _parser().parse_args(argv)
@@ -137,7 +138,8 @@ def test_every_cli_command_in_the_readme_runs_in_a_fresh_directory(tmp_path, mon
             assert out.strip() and "<unk>" not in out
         if expect_fail:
             assert "--strict" in err and "。" in err
-    assert {"translate", "evaluate", "train", "lm-generate", "lm-train", "python -c"} <= set(ran)
+    assert {"translate", "evaluate", "train", "lm-generate", "lm-train", "lm-finetune", "python -c"} <= set(ran)
+    assert (tmp_path / "dufu.lora.pt").exists() and (tmp_path / "dufu.pt").exists()
     assert (tmp_path / "toy.pt").exists() and (tmp_path / "small.metrics.jsonl").exists()
     assert (tmp_path / "small.png").stat().st_size > 0
 

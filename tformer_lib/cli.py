@@ -120,6 +120,9 @@ def _parser() -> argparse.ArgumentParser:
     from .serving.cli import register_serve_command  # 挂钩：推理服务 serve（见 tformer_lib/serving/cli.py）
 
     register_serve_command(sub)
+    from .finetune.cli import register_finetune_command  # 挂钩：微调 lm-finetune（见 tformer_lib/finetune/cli.py）
+
+    register_finetune_command(sub)
     return p
 
 

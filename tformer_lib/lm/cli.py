@@ -8,6 +8,7 @@
     python -m tformer_lib lm-train --out small.pt --steps 100 --lr 1e-3 --batch-size 8 --d-model 64 --n-layers 2
     python -m tformer_lib lm-generate --form 五言绝句 --title 春晓 -n 3 --seed 1
     python -m tformer_lib lm-generate --checkpoint poem.pt --form 七绝 --first 月
+    python -m tformer_lib lm-generate --adapter dufu.lora.pt --form 五律 --title 春望   # 随书模型 + LoRA 适配器（第 17 章）
 
 ``lm-train`` 把每一步的指标（step、loss、lr、tokens_per_s，评估步另有 valid_loss、valid_ppl）写进检查点旁边的
 ``<检查点名>.metrics.jsonl``（见 :mod:`tformer_lib.lm.metrics_log`），
@@ -69,6 +70,8 @@ def register_lm_commands(sub) -> None:
     g = sub.add_parser("lm-generate", help="用语言模型作诗",
                        description="按体裁与题目（或首字）作诗；不给 --checkpoint 时用随书附带的模型。")
     g.add_argument("--checkpoint", default=None, help="检查点路径（默认：随书模型）")
+    g.add_argument("--adapter", default=None,
+                   help="LoRA 适配器文件（lm-finetune --adapter-out 的输出），装在 --checkpoint 的模型（或随书模型）上")
     g.add_argument("--form", default="五言绝句", help="体裁：五言绝句/七言绝句/五言律诗/七言律诗（或五绝、七律等简称）")
     g.add_argument("--title", default="", help="题目（可省略）")
     g.add_argument("--first", default="", help="首字（可省略）")
@@ -218,6 +221,10 @@ def _cmd_lm_generate(args) -> int:
     model, tokenizer, _ = load_lm(args.checkpoint) if args.checkpoint else load_poem_model()
     if tokenizer is None:
         raise CLIError(f"检查点 {args.checkpoint!r} 没有保存分词器，无法作诗")
+    if args.adapter is not None:
+        from ..finetune import apply_adapter, load_adapter, merge_lora
+
+        model = merge_lora(apply_adapter(model, load_adapter(args.adapter))).eval()  # 合并：之后与普通模型一样快
     prompts = [(form, args.title, args.first)] * args.num
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnknownTokenWarning)

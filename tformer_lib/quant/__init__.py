@@ -15,7 +15,7 @@ from .affine import (
 )
 from .int4_packing import pack_int4, packed_length, unpack_int4
 from .linear import INT4_GROUP_SIZES, Int4Linear, Int8Linear
-from .quantize import WEIGHT_FORMATS, quantize_model
+from .quantize import WEIGHT_FORMATS, dequantize_model, quantize_model
 from .kv_cache import (
     Int8AttentionCache,
     Int8KVStore,
@@ -39,7 +39,7 @@ from .sizes import (
 __all__ = [
     "int_range", "symmetric_scale", "quantize_symmetric", "dequantize_symmetric", "quantize_groupwise",
     "dequantize_groupwise", "pack_int4", "unpack_int4", "packed_length", "Int8Linear", "Int4Linear",
-    "INT4_GROUP_SIZES", "WEIGHT_FORMATS", "quantize_model", "quantize_kv_rows", "dequantize_kv_rows",
+    "INT4_GROUP_SIZES", "WEIGHT_FORMATS", "quantize_model", "dequantize_model", "quantize_kv_rows", "dequantize_kv_rows",
     "Int8AttentionCache", "Int8LMCache", "use_int8_kv_cache", "Int8KVStore", "Int8PagedKVCache", "KV_FORMATS",
     "linear_shapes", "parameter_count", "linear_weight_bytes", "weight_bytes", "kv_bytes_per_token", "tensor_bytes",
     "sessions_per_memory",

@@ -7,7 +7,8 @@ r"""只量化权重（weight-only）的线性层：权重存成整数，前向�
   两个 4 位数装一个字节（:mod:`~tformer_lib.quant.int4_packing`）。比例因子随 i 变化，提不出去，所以前向先把整块
   权重反量化成浮点，再做普通的矩阵乘法。
 
-偏置（bias）不量化，保持原来的浮点类型。两种层都只做推理（权重是 buffer，不求梯度）。
+偏置（bias）不量化，保持原来的浮点类型。两种层的权重都是 buffer，不求梯度；但梯度可以**穿过**它们流向输入
+（QLoRA 在冻结的量化底座上训练 LoRA，第 17 章）：这时反向在当场重算反量化的权重，不为反向保存一份浮点权重。
 在 CPU 的 eager 模式下它们比原来的 ``nn.Linear`` *慢*：每次前向都要先把整块权重转成浮点（多一遍读写），
 之后的矩阵乘法与浮点版一样；省下的只是常驻内存。速度要等权重读取成为瓶颈、并且转换与乘法融合在一起时才出现
 （``benchmarks/quant_gemv.py``）。
@@ -58,7 +59,33 @@ def _bias(bias, out_features: int) -> nn.Parameter | None:
     return bias if isinstance(bias, nn.Parameter) else nn.Parameter(bias.detach(), requires_grad=False)
 
 
-class Int8Linear(nn.Module):
+class _DequantizeAgainInBackward(torch.autograd.Function):
+    """量化层的前向；反向时**重新**反量化权重求 ∂L/∂x = grad · Ŵ，而不是让 autograd 把反量化出来的浮点权重存下来。
+
+    直接在要求梯度的输入上调用 ``F.linear(x, Ŵ)`` 时，autograd 为每一层存一份 ``(out, in)`` 的浮点权重——
+    正是量化想省掉的那份内存；QLoRA（bitsandbytes）同样在反向里重算。这里除了对层本身的引用，什么也不存。
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
+        ctx.layer = layer
+        return layer.quantized_forward(x)  # (..., out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad @ ctx.layer.dequantized_weight(grad.dtype), None  # (..., out) @ (out, in) → (..., in)
+
+
+class _QuantizedLinear(nn.Module):
+    """两种量化层共用的前向入口：输入要求梯度时走 :class:`_DequantizeAgainInBackward`。"""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _DequantizeAgainInBackward.apply(x, self)
+        return self.quantized_forward(x)
+
+
+class Int8Linear(_QuantizedLinear):
     """逐通道 int8 权重的线性层：``weight`` int8 ``(out, in)``，``scale`` float32 ``(out,)``。"""
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None):
@@ -85,7 +112,7 @@ class Int8Linear(nn.Module):
     def _float_dtype(self) -> torch.dtype:
         return self.bias.dtype if self.bias is not None else torch.float32
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def quantized_forward(self, x: torch.Tensor) -> torch.Tensor:
         # y = (x · qᵀ) ⊙ s + b：整数权重转成 x 的浮点类型再乘，比例因子逐输出通道乘在结果上
         y = F.linear(x, self.weight.to(x.dtype)) * self.scale.to(x.dtype)  # (..., out)
         return y if self.bias is None else y + self.bias
@@ -94,7 +121,7 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8 逐通道"
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(_QuantizedLinear):
     """分组 int4 权重的线性层：``packed`` uint8 ``(out, in/2)``，``scale`` float32 ``(out, in/group_size)``。"""
 
     def __init__(self, packed: torch.Tensor, scale: torch.Tensor, in_features: int, group_size: int,
@@ -136,7 +163,7 @@ class Int4Linear(nn.Module):
         dtype = dtype or (self.bias.dtype if self.bias is not None else torch.float32)
         return dequantize_groupwise(self.int_weight(), self.scale, dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def quantized_forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.dequantized_weight(x.dtype), self.bias)  # (..., out)：先反量化整块权重再乘
 
     def extra_repr(self) -> str:

@@ -19,7 +19,7 @@ from torch import nn
 from .._checks import one_of
 from .linear import Int4Linear, Int8Linear
 
-__all__ = ["WEIGHT_FORMATS", "FLOAT_FORMATS", "quantize_model", "format_dtype", "int4_group_size"]
+__all__ = ["WEIGHT_FORMATS", "FLOAT_FORMATS", "quantize_model", "dequantize_model", "format_dtype", "int4_group_size"]
 
 FLOAT_FORMATS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 WEIGHT_FORMATS = ("fp32", "bf16", "int8", "int4-g32", "int4-g64", "int4-g128")
@@ -66,4 +66,25 @@ def quantize_model(model: nn.Module, fmt: str) -> nn.Module:
         parent = model.get_submodule(parent_name) if parent_name else model
         new = Int8Linear.from_linear(linear) if group_size is None else Int4Linear.from_linear(linear, group_size)
         setattr(parent, child, new)
+    return model
+
+
+@torch.no_grad()
+def dequantize_model(model: nn.Module) -> nn.Module:
+    """:func:`quantize_model` 的整数格式的“逆”：把每个 Int8Linear/Int4Linear 原地换回取值为 ``Ŵ`` 的浮点
+    ``nn.Linear``（量化的误差留在权重里，还原不了原来的 W）；返回 ``model``。QLoRA 合并后要存成普通检查点时用它。"""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model 应是 nn.Module，收到 {type(model).__name__}")
+    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, (Int8Linear, Int4Linear))]
+    if isinstance(model, (Int8Linear, Int4Linear)):
+        raise TypeError("model 本身就是一个量化层：请直接用它的 dequantized_weight()")
+    for name, layer in targets:
+        weight = layer.dequantized_weight()  # (out, in)
+        linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None,
+                           dtype=weight.dtype, device=weight.device)
+        linear.weight.copy_(weight)
+        if layer.bias is not None:
+            linear.bias.copy_(layer.bias)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, linear.train(layer.training))
     return model

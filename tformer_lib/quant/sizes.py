@@ -115,11 +115,13 @@ def kv_bytes_per_token(config_or_model, fmt: str) -> int:
 
 
 def tensor_bytes(model: nn.Module) -> int:
-    """模型状态字典（state_dict）里的张量真正占的字节（共用存储的张量只算一次）。"""
+    """模型状态字典（state_dict）里的张量真正占的字节（共用存储的张量只算一次；``_extra_state`` 之类的非张量项不计）。"""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model 应是 nn.Module，收到 {type(model).__name__}")
     seen, total = set(), 0
     for t in model.state_dict().values():
+        if not isinstance(t, torch.Tensor):  # 如 LoRALinear 记下的 {"merged": …}
+            continue
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape))
         if key not in seen:
             seen.add(key)

@@ -5,6 +5,7 @@
     python -m tformer_lib serve                          # 随书唐诗模型，http://127.0.0.1:8000，模型名 tformer-poem
     python -m tformer_lib serve --model run.pt           # 本库的语言模型检查点（lm-train 的输出）
     python -m tformer_lib serve --model ./Qwen2.5-0.5B   # Hugging Face 模型目录（config.json + safetensors）
+    python -m tformer_lib serve --adapter dufu=dufu.lora.pt  # 随书模型 + LoRA 适配器：model 字段给 "dufu" 就用它（第 17 章）
     curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \\
          -d '{"model": "tformer-poem", "prompt": "五言绝句《春晓》", "max_tokens": 24, "temperature": 0}'
 
@@ -24,7 +25,7 @@ import socket
 import sys
 from pathlib import Path
 
-__all__ = ["register_serve_command", "load_served_model", "bind_socket"]
+__all__ = ["register_serve_command", "load_served_model", "bind_socket", "parse_adapters"]
 
 POEM_MODEL_NAME = "tformer-poem"  #: 随书唐诗模型在 /v1/models 里的名字
 
@@ -39,6 +40,9 @@ def register_serve_command(sub) -> None:
                    help="本库的语言模型检查点文件，或 Hugging Face 模型目录（含 config.json）；默认：随书唐诗模型")
     s.add_argument("--served-model-name", default=None,
                    help=f"客户端在 model 字段里给的名字（默认：随书模型为 {POEM_MODEL_NAME}，否则为 --model 路径的最后一段）")
+    s.add_argument("--adapter", action="append", default=[], metavar="NAME=PATH",
+                   help="加一个 LoRA 适配器（lm-finetune --adapter-out 的输出）：客户端在 model 字段里给 NAME 就用它，"
+                        "同一批里可以混着不同适配器的请求；可以给几次")
     s.add_argument("--host", default="127.0.0.1", help="监听地址（默认只在本机）")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-batch", type=int, default=8, help="同时运行的序列上限")
@@ -112,7 +116,21 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def parse_adapters(values) -> dict[str, str]:
+    """``["dufu=dufu.pt", …]`` → ``{"dufu": "dufu.pt", …}``；格式不对或名字重复时报错。"""
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--adapter 应写成 NAME=PATH（如 dufu=dufu.lora.pt），收到 {value!r}")
+        if name in out:
+            raise ValueError(f"--adapter 的名字 {name!r} 给了两次")
+        out[name] = path
+    return out
+
+
 def _check_args(args) -> None:
+    parse_adapters(args.adapter)  # 格式不对时在占端口、读模型之前就报错
     if not 0 < args.port < 65536:
         raise ValueError(f"--port 应在 1–65535 之间，收到 {args.port}")
     if args.max_batch < 1:
@@ -132,9 +150,14 @@ def _cmd_serve(args) -> int:
     sock = bind_socket(args.host, args.port)  # 先占端口：被占用时马上失败，不必等模型读完
     try:
         model, tokenizer, name, eos_ids, suppress_ids = load_served_model(args.model)
+        adapters = None
+        if args.adapter:
+            from ..finetune import AdapterSet, load_adapter
+
+            adapters = AdapterSet(model, {k: load_adapter(v) for k, v in parse_adapters(args.adapter).items()})
         app = create_app(model, tokenizer, model_name=args.served_model_name or name, body_timeout=args.body_timeout,
                          stop_token_ids=eos_ids[1:], max_batch=args.max_batch, eos_id=eos_ids[0] if eos_ids else None,
-                         suppress_ids=suppress_ids)
+                         suppress_ids=suppress_ids, adapters=adapters)
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=args.shutdown_timeout)
         server = uvicorn.Server(config)
         # uvicorn 处理完信号、优雅退出后会把信号再发给自己一次（好让默认处理函数结束进程）；这里装上只记一笔的

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
@@ -52,6 +53,7 @@ class Request:
     finish_time: float | None = None
     slot_steps: list[tuple[int, int]] = field(default_factory=list)  # (引擎步号, 槽位号)
     sampling: Sampling | None = None  # None = 贪心
+    adapter: str | None = None  # LoRA 适配器的名字；None = 底座
 
     @property
     def done(self) -> bool:
@@ -65,13 +67,19 @@ class Engine:
     ``num_blocks``/``block_size``：分页缓存的大小（默认够 ``max_batch`` 条满长序列）；``prefix_caching``：共用前缀块。
     ``min_prefill``：至少空出这么多槽位（或没有序列在跑、或已无更多请求在等）才接纳新请求，让几条提示攒在同一步
     预填充；预填充与解码本来就在同一次前向里（见 :meth:`step`），默认 1 = 一有空槽位就补进来。
+    ``adapters``：装在 ``model`` 上的 :class:`~tformer_lib.finetune.multi_lora.AdapterSet`（请求用 ``adapter=`` 选）。
     引擎只做推理，第一步时会把模型切到 eval 模式。
     """
 
     def __init__(self, model: nn.Module, *, max_batch: int = 8, token_budget: int | None = None,
                  block_size: int = 16, num_blocks: int | None = None, prefix_caching: bool = True,
-                 eos_id: int | None = None, suppress_ids: Sequence[int] = (PAD, BOS), min_prefill: int = 1):
+                 eos_id: int | None = None, suppress_ids: Sequence[int] = (PAD, BOS), min_prefill: int = 1,
+                 adapters=None):
         check_model("model", model)
+        if adapters is not None:  # 只用它的 index/route/model（不 import 第四部分的 finetune：层次只向下）
+            if not all(hasattr(adapters, a) for a in ("index", "route", "model")) or adapters.model is not model:
+                raise TypeError("adapters 应是装在这个 model 上的 AdapterSet（AdapterSet(model, {名字: 适配器})），"
+                                f"收到 {type(adapters).__name__}")
         flag("prefix_caching", prefix_caching)
         suppress_ids = check_suppress_ids(suppress_ids)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
@@ -89,6 +97,7 @@ class Engine:
             num_blocks = max_batch * -(-max_len // block_size)
         self.model, self.max_batch, self.token_budget = model, max_batch, token_budget
         self.eos_id, self.suppress_ids, self.min_prefill = eos_id, tuple(suppress_ids), min_prefill
+        self.adapters = adapters
         self.cache = PagedKVCache(model, num_blocks, block_size, prefix_caching)
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}  # 槽位号 → 请求
@@ -99,11 +108,16 @@ class Engine:
 
     # ---------------------------------------------------------------- 提交
     def add_request(self, prompt, max_new_tokens: int, arrival: float | None = None, *,
-                    sampling: Sampling | None = None) -> Request:
+                    sampling: Sampling | None = None, adapter: str | None = None) -> Request:
         """排队一个请求（检查方式与 :func:`~.ragged.greedy_batch` 相同），返回它的 :class:`Request`。
 
         ``sampling``：这个请求的取词方式（:class:`~.sampling.Sampling`）；``None`` 为贪心。
+        ``adapter``：LoRA 适配器的名字（引擎要带 ``adapters``）；``None`` 为底座。
         """
+        if adapter is not None:
+            if self.adapters is None:
+                raise ValueError(f"adapter={adapter!r}，但这个引擎没有装适配器（Engine(..., adapters=AdapterSet(...))）")
+            self.adapters.index(adapter)  # 名字不对时指出可选的名字
         (prompt,) = check_prompts(self.model, [prompt], [max_new_tokens])
         if sampling is not None and not isinstance(sampling, Sampling):
             raise TypeError(f"sampling 应是 Sampling（如 Sampling(temperature=0.8)）或 None，收到 {type(sampling).__name__}")
@@ -117,7 +131,7 @@ class Engine:
         if arrival is not None and not math.isfinite(arrival):
             raise ValueError(f"arrival 应是有限的时刻（秒），收到 {arrival!r}")
         request = Request(prompt, max_new_tokens, next(self._ids), time.perf_counter() if arrival is None else arrival,
-                          sampling=sampling)
+                          sampling=sampling, adapter=adapter)
         if max_new_tokens == 0:  # 不生成词元：立即结束，没有“第一个词元”（TTFT 不计它）
             request.finish_time = request.arrival
         else:
@@ -200,9 +214,9 @@ class Engine:
             if final + growth > len(manager.free_blocks) or used + len(request.prompt) > self.token_budget:
                 break
             self.waiting.popleft()
-            reused = manager.allocate(request.request_id, request.prompt)
+            reused = manager.allocate(request.request_id, request.prompt, request.adapter)
             # 马上登记它写满的提示块：本步前向里每层先写后读，同一步后接纳的同前缀请求也能共用
-            manager.register_prefix(request.request_id, request.prompt)
+            manager.register_prefix(request.request_id, request.prompt, request.adapter)
             growth += final - len(manager.tables[request.request_id])  # 增量地记账，不必每接纳一条就重算全部
             self.prefill_tokens_saved += reused
             slot = free.pop()
@@ -221,16 +235,26 @@ class Engine:
         if max(lengths) == 1:
             cache, positions, mask = self.cache.view(seq_ids, lengths)
             batch = torch.tensor([tokens for _, _, tokens in work], device=positions.device)  # (B, 1)
-            logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)[:, -1]  # (B, V)
+            with self._routed(work, batch):
+                logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)[:, -1]  # (B, V)
         else:
             cache, positions, mask, last = self.cache.packed_view(seq_ids, lengths)
             batch = torch.tensor([[t for _, _, tokens in work for t in tokens]], device=positions.device)  # (1, N)
-            logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)[0, last]  # (B, V)
+            with self._routed(work, batch):
+                logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)[0, last]  # (B, V)
         self.peak_held_bytes = max(self.peak_held_bytes, self.cache.held_bytes())
         now = time.perf_counter()
         for (slot, request, _), token in zip(work, self._next_tokens(logits, [r for _, r, _ in work])):
             request.slot_steps.append((self.steps, slot))
             self._emit(slot, request, token, now)
+
+    def _routed(self, work: list[tuple[int, Request, list[int]]], batch: torch.Tensor):
+        """有适配器时：每个送进模型的词元标上它所属请求的适配器编号，与 ``batch`` 同形（(B, 1) 或 (1, N)）。"""
+        if self.adapters is None:
+            return contextlib.nullcontext()
+        per_token = [self.adapters.index(r.adapter) for _, r, tokens in work for _ in tokens]
+        ids = torch.tensor(per_token, device=batch.device).view(batch.shape)  # 与 batch 的词元一一对应
+        return self.adapters.route(ids)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -255,7 +279,8 @@ class Engine:
         """
         for request in self._new_requests(requests):
             queued = self.add_request(request.prompt, request.max_new_tokens,
-                                      arrival=request.arrival if request.arrival else None, sampling=request.sampling)
+                                      arrival=request.arrival if request.arrival else None, sampling=request.sampling,
+                                      adapter=request.adapter)
             request.prompt, request.request_id, request.arrival = queued.prompt, queued.request_id, queued.arrival
             request.finish_time = queued.finish_time
             if not queued.done:  # add_request 把它的副本排在队尾：换成调用方自己的对象

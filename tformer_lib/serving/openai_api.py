@@ -66,6 +66,7 @@ class CompletionRequest:
     seed: int | None
     stream: bool
     include_usage: bool
+    model: str = ""  # 请求里的模型名（多适配器服务时它选适配器）
 
 
 def _refuse_constant(name: str):
@@ -178,9 +179,14 @@ def _stop(body: dict) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def parse_completion_request(body, *, model_name: str, vocab_size: int, max_len: int,
+def parse_completion_request(body, *, model_name, vocab_size: int, max_len: int,
                              codec: TextCodec | None) -> CompletionRequest:
-    """检查一个补全请求体（已解析的 JSON），返回 :class:`CompletionRequest`；不合法时抛 :class:`OpenAIError`。"""
+    """检查一个补全请求体（已解析的 JSON），返回 :class:`CompletionRequest`；不合法时抛 :class:`OpenAIError`。
+
+    ``model_name``：本服务的模型名，或几个名字的元组（底座 + 各 LoRA 适配器，见 ``serve --adapter``）。
+    """
+    names = (model_name,) if isinstance(model_name, str) else tuple(model_name)
+    shown = names[0] if len(names) == 1 else list(names)
     if not isinstance(body, dict):
         raise OpenAIError(f"请求体应是 JSON 对象，收到 {type(body).__name__}")
     unknown = sorted(set(body) - _HONOURED - set(_DEFAULT_ONLY) - _IGNORED - _EXTENSIONS)
@@ -192,10 +198,10 @@ def parse_completion_request(body, *, model_name: str, vocab_size: int, max_len:
             raise OpenAIError(f"这个服务只支持 {name}={_short(default)}，收到 {_short(value)}", name, code="unsupported_value")
     model = body.get("model")
     if not isinstance(model, str):
-        raise OpenAIError(f"model 应是模型名字符串（本服务的是 {model_name!r}，见 GET /v1/models），收到 {_short(model)}",
+        raise OpenAIError(f"model 应是模型名字符串（本服务的是 {shown!r}，见 GET /v1/models），收到 {_short(model)}",
                           "model")
-    if model != model_name:
-        raise OpenAIError(f"没有模型 {model!r}：本服务只有 {model_name!r}（见 GET /v1/models）", "model",
+    if model not in names:
+        raise OpenAIError(f"没有模型 {model!r}：本服务只有 {shown!r}（见 GET /v1/models）", "model",
                           status=404, code="model_not_found")
     if body.get("max_tokens") is not None and body.get("max_new_tokens") is not None:
         raise OpenAIError("max_tokens 与它的别名 max_new_tokens 只能给一个", "max_tokens")
@@ -211,7 +217,7 @@ def parse_completion_request(body, *, model_name: str, vocab_size: int, max_len:
     request = CompletionRequest(prompts=_prompts(body, codec), max_tokens=max_tokens,
                                 temperature=_number(body, "temperature", 1.0, 0, 2), top_p=_number(body, "top_p", 1.0, 0, 1),
                                 stop=_stop(body), seed=_int(body, "seed", *_SEED_RANGE), stream=stream,
-                                include_usage=include_usage)
+                                include_usage=include_usage, model=model)
     if request.stop and codec is None:
         raise OpenAIError("这个服务没有分词器，不能按停止串（stop）停下", "stop")
     for i, ids in enumerate(request.prompts):
@@ -253,5 +259,8 @@ def chunk_body(completion_id: str, created: int, model_name: str, choices: list[
     return chunk
 
 
-def models_body(model_name: str, created: int) -> dict:
-    return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created, "owned_by": "tformer"}]}
+def models_body(model_name, created: int) -> dict:
+    """``GET /v1/models`` 的回复：一个名字，或几个名字（底座在前，之后是各适配器）。"""
+    names = (model_name,) if isinstance(model_name, str) else tuple(model_name)
+    return {"object": "list",
+            "data": [{"id": name, "object": "model", "created": created, "owned_by": "tformer"} for name in names]}

@@ -42,7 +42,7 @@ class BlockManager:
         self.ref_count = [0] * num_blocks
         self.tables: dict[int, list[int]] = {}  # 序列 id → 块表
         self.lengths: dict[int, int] = {}  # 序列 id → 已写入的位置数
-        self._prefix: dict[tuple[int, ...], int] = {}  # 写满的前缀块：前缀词元 → 块号（新请求共用的那一块）
+        self._prefix: dict[tuple, int] = {}  # 写满的前缀块：前缀词元（及命名空间）→ 块号（新请求共用的那一块）
         self._block_key: dict[int, tuple[int, ...]] = {}  # 登记过的块 → 前缀词元
         # 内容相同、但各自算出来的块（同一前缀的请求在共用之前已各算了一份）：登记的那块被释放时接替它
         self._spare: dict[tuple[int, ...], list[int]] = {}
@@ -84,10 +84,17 @@ class BlockManager:
         self.ref_count[block] = 1
         return block
 
-    def allocate(self, seq_id: int, prompt: list[int]) -> int:
+    @staticmethod
+    def _key(prompt: list[int], n_tokens: int, namespace) -> tuple:
+        """前缀块的键：前 ``n_tokens`` 个词元；``namespace``（如适配器名）不同的序列即使词元相同也不共用。"""
+        tokens = tuple(prompt[:n_tokens])
+        return tokens if namespace is None else (namespace, tokens)
+
+    def allocate(self, seq_id: int, prompt: list[int], namespace=None) -> int:
         """为新序列登记块表并分配放下提示所需的块；返回可直接复用的前缀长度（这些位置不必再算）。
 
         只共用**写满**的块，而且至少留最后一个提示词元去计算（它的输出是第一个新词元的 logits）。
+        ``namespace``：只与同一命名空间的前缀共用（不同的 LoRA 适配器算出的 K/V 不同）。
         """
         if seq_id in self.tables:
             raise ValueError(f"seq_id={seq_id} 已经登记过")
@@ -97,7 +104,7 @@ class BlockManager:
         reused = 0
         if self.prefix_caching:
             for i in range((len(prompt) - 1) // self.block_size):
-                block = self._prefix.get(tuple(prompt[: (i + 1) * self.block_size]))
+                block = self._prefix.get(self._key(prompt, (i + 1) * self.block_size, namespace))
                 if block is None:
                     break
                 table.append(block)
@@ -111,7 +118,7 @@ class BlockManager:
         self.tables[seq_id], self.lengths[seq_id] = table, reused
         return reused
 
-    def register_prefix(self, seq_id: int, prompt: list[int]) -> None:
+    def register_prefix(self, seq_id: int, prompt: list[int], namespace=None) -> None:
         """把序列 ``seq_id`` 的提示写满的块登记为可共用的前缀块。
 
         引擎在 :meth:`allocate` 之后、本步前向*之前*就登记：同一步里后接纳的同前缀请求也能共用。这是安全的，
@@ -122,7 +129,7 @@ class BlockManager:
         if not self.prefix_caching:
             return
         for i in range(len(prompt) // self.block_size):
-            key = tuple(prompt[: (i + 1) * self.block_size])
+            key = self._key(prompt, (i + 1) * self.block_size, namespace)
             block = self.tables[seq_id][i]
             if block in self._block_key or block in self._spare_key:
                 continue  # 这块本来就是共用来的（或已登记）

@@ -67,10 +67,11 @@ class EngineWorker:
         self._thread.join(timeout=10)
 
     def submit(self, prompt: list[int], max_new_tokens: int, loop: asyncio.AbstractEventLoop, *,
-               sampling: Sampling | None = None, out: asyncio.Queue | None = None, tag: int = 0) -> Ticket:
-        """排队一个请求；几个请求可以共用一个 ``out`` 队列，用 ``tag`` 区分。"""
+               sampling: Sampling | None = None, out: asyncio.Queue | None = None, tag: int = 0,
+               adapter: str | None = None) -> Ticket:
+        """排队一个请求；几个请求可以共用一个 ``out`` 队列，用 ``tag`` 区分。``adapter``：LoRA 适配器名（None = 底座）。"""
         ticket = Ticket(tag, asyncio.Queue() if out is None else out, loop)
-        self._inbox.put(("add", ticket, prompt, max_new_tokens, sampling))
+        self._inbox.put(("add", ticket, prompt, max_new_tokens, sampling, adapter))
         return ticket
 
     def cancel(self, ticket: Ticket) -> None:
@@ -92,9 +93,9 @@ class EngineWorker:
                 if ticket.request is not None and any(ticket is t for t, _ in tracked):  # 仍在这个引擎里
                     self.engine.cancel(ticket.request)
                 continue
-            prompt, n_new, sampling = args
+            prompt, n_new, sampling, adapter = args
             try:
-                ticket.request = self.engine.add_request(prompt, n_new, sampling=sampling)
+                ticket.request = self.engine.add_request(prompt, n_new, sampling=sampling, adapter=adapter)
             except (ValueError, TypeError) as exc:  # 处理函数已先检查过；这里兜底
                 self._send(ticket, exc)
                 continue
@@ -158,10 +159,11 @@ def _sampling(request: CompletionRequest) -> Sampling | None:
     return Sampling(request.temperature, request.top_p if request.top_p < 1 else None, generator)
 
 
-async def _events(worker: EngineWorker, request: CompletionRequest, codec: TextCodec | None, eos_ids: set[int]):
+async def _events(worker: EngineWorker, request: CompletionRequest, codec: TextCodec | None, eos_ids: set[int],
+                  adapter: str | None = None):
     """提交请求的每条提示，依次产生 ``(提示序号, 新文字, finish_reason 或 None, TextStream)``。"""
     loop, out = asyncio.get_running_loop(), asyncio.Queue()
-    tickets = [worker.submit(ids, request.max_tokens, loop, sampling=_sampling(request), out=out, tag=i)
+    tickets = [worker.submit(ids, request.max_tokens, loop, sampling=_sampling(request), out=out, tag=i, adapter=adapter)
                for i, ids in enumerate(request.prompts)]
     decode = codec.decode if codec is not None else (lambda ids: "")
     streams = [TextStream(decode, request.stop, eos_ids) for _ in tickets]
@@ -192,7 +194,9 @@ def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer",
                body_timeout: float = 30.0, stop_token_ids=(), **engine_options):
     """建一个 Starlette 应用。``tokenizer``（模型自己的分词器）让请求可以直接用文字；``model_name`` 是客户端
     在 ``model`` 字段里要给的名字；``engine_options`` 交给 :class:`~.engine.Engine`（如 ``max_batch``、``eos_id``）；
-    ``stop_token_ids``：``eos_id`` 之外也表示结束的词元（如 LLaMA-3 的 ``<|eot_id|>``），生成到它就停下。"""
+    ``stop_token_ids``：``eos_id`` 之外也表示结束的词元（如 LLaMA-3 的 ``<|eot_id|>``），生成到它就停下。
+    ``engine_options`` 里有 ``adapters``（:class:`~tformer_lib.finetune.multi_lora.AdapterSet`）时，每个适配器名
+    也是一个模型名（与 vLLM 的 LoRA 服务相同）：``model`` 字段选哪个适配器，``model_name`` 本身是底座。"""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.responses import JSONResponse, StreamingResponse
@@ -203,6 +207,10 @@ def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer",
     eos_ids = {int(t) for t in stop_token_ids} | ({worker.engine.eos_id} - {None})
     created = int(time.time())
     vocab_size, max_len = model.config.vocab_size, model.config.max_len
+    adapters = engine_options.get("adapters")
+    names = (model_name, *(adapters.names if adapters is not None else ()))
+    if len(set(names)) != len(names):
+        raise ValueError(f"模型名与适配器名重复了：{list(names)}")
 
     def error(exc: OpenAIError):
         return JSONResponse(exc.body(), status_code=exc.status)
@@ -217,23 +225,24 @@ def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer",
     async def completions(http_request):
         try:
             body = load_json(await _read_body(http_request, body_limit, body_timeout))
-            request = parse_completion_request(body, model_name=model_name, vocab_size=vocab_size, max_len=max_len,
+            request = parse_completion_request(body, model_name=names, vocab_size=vocab_size, max_len=max_len,
                                                codec=codec)
         except OpenAIError as exc:
             return error(exc)
         completion_id, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        adapter, served = (None if request.model == model_name else request.model), request.model
         prompt_tokens = sum(len(ids) for ids in request.prompts)
         if request.stream:
             async def sse():
                 completion_tokens = 0
                 try:
-                    async for tag, delta, finish, stream in _events(worker, request, codec, eos_ids):
+                    async for tag, delta, finish, stream in _events(worker, request, codec, eos_ids, adapter):
                         completion_tokens += len(stream.tokens) if finish else 0
-                        chunk = chunk_body(completion_id, now, model_name, [choice_body(tag, delta, finish)],
+                        chunk = chunk_body(completion_id, now, served, [choice_body(tag, delta, finish)],
                                            include_usage=request.include_usage)
                         yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
                     if request.include_usage:
-                        chunk = chunk_body(completion_id, now, model_name, [], (prompt_tokens, completion_tokens), True)
+                        chunk = chunk_body(completion_id, now, served, [], (prompt_tokens, completion_tokens), True)
                         yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
                 except Exception as exc:  # 头已经发出：错误作为一块事件送出（openai 客户端会抛出它）
                     yield f"data: {json.dumps(as_openai_error(exc).body(), ensure_ascii=False)}\n\n"
@@ -242,17 +251,17 @@ def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer",
             return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         texts, finishes, streams = [""] * len(request.prompts), [None] * len(request.prompts), [None] * len(request.prompts)
         try:
-            async for tag, delta, finish, stream in _events(worker, request, codec, eos_ids):
+            async for tag, delta, finish, stream in _events(worker, request, codec, eos_ids, adapter):
                 texts[tag] += delta
                 finishes[tag], streams[tag] = finish, stream
         except Exception as exc:
             return error(as_openai_error(exc))
         choices = [choice_body(i, texts[i], finishes[i], streams[i].tokens) for i in range(len(texts))]
         completion_tokens = sum(len(s.tokens) for s in streams)
-        return JSONResponse(completion_body(completion_id, now, model_name, choices, prompt_tokens, completion_tokens))
+        return JSONResponse(completion_body(completion_id, now, served, choices, prompt_tokens, completion_tokens))
 
     async def models(http_request):
-        return JSONResponse(models_body(model_name, created))
+        return JSONResponse(models_body(names, created))
 
     async def health(http_request):
         return JSONResponse({"status": "ok"})
