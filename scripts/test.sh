@@ -34,7 +34,8 @@ timing
 # 装好的包却缺文件的问题也会在这里暴露）。各章与 notebooks/solutions/ 全部都跑，而且在 PyTorch 的两种 CPU 内核
 # （ATEN_CPU_CAPABILITY=avx2 与不向量化的 =default）下各一遍、两个进程并行：书里打印的数字不能依赖指令集。
 # 作者在仓库里单独检查一章：python -m pytest notebooks/03_attention.ipynb --nbval --nbval-current-env \
-#   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q（前面加 ATEN_CPU_CAPABILITY=default 换一种内核）
+#   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q（前面加 ATEN_CPU_CAPABILITY=default
+#   ONEDNN_MAX_CPU_ISA=SSE41 换一种内核；avx2 配 ONEDNN_MAX_CPU_ISA=AVX2，原因见 scripts/test_installed.sh）
 echo "== 3/5 笔记本回归：从轮子安装到新的虚拟环境，在仓库外用 nbval 重跑全部笔记本；引导单元对本地克隆安装"
 bash scripts/test_installed.sh
 timing

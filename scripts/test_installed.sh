@@ -76,6 +76,10 @@ PY
 # 两个进程并行、各自单线程、各用一份笔记本副本与缓存目录（ARM 上没有 AVX2，只跑 default）。
 # TorchInductor 的编译缓存也各用一份：它的缓存键不含 ATEN_CPU_CAPABILITY，在另一种指令集下编译好的 C++ 内核
 # 被拿来用时会报 “SystemError: <built-in function kernel> returned a result with an exception set”（torch 2.13，第 14 章）。
+# oneDNN 另有自己的指令集选择，只看硬件：在有 AMX 的 Intel CPU 上只降 ATen 的内核集，bf16 的 flash 注意力会走 AMX 的
+# 打包路径并报 “pack_vnni2 is only supported when avx512 is supported”（torch 2.13，第 11 章）。所以两者一起降：
+# avx2 配 ONEDNN_MAX_CPU_ISA=AVX2，default 配 SSE41（oneDNN 最低的一档），这台机器才真像一台只有该指令集的机器。
+onednn_isa() { case "$1" in avx2) echo AVX2 ;; default) echo SSE41 ;; *) echo ALL ;; esac; }
 caps="${TFORMER_CAPS:-default}"
 [ -z "${TFORMER_CAPS:-}" ] && [ "$(uname -m)" = x86_64 ] && caps="avx2 default"
 step "在仓库外用 nbval 重跑全部笔记本（ATEN_CPU_CAPABILITY=${caps// / 与 =}，并行）"
@@ -96,7 +100,8 @@ pids=()
 for cap in $caps; do
   book="$WORK/book-$cap"
   ( start=$(date +%s) rc=0
-    cd "$book" && ATEN_CPU_CAPABILITY=$cap TFORMER_CACHE="$book/cache" MPLCONFIGDIR="$book/mpl" \
+    cd "$book" && ATEN_CPU_CAPABILITY=$cap ONEDNN_MAX_CPU_ISA=$(onednn_isa "$cap") \
+      TFORMER_CACHE="$book/cache" MPLCONFIGDIR="$book/mpl" \
       TORCHINDUCTOR_CACHE_DIR="$book/inductor" \
       "$V" -m pytest notebooks --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
       -p no:cacheprovider -q > "$book/log" 2>&1 || rc=$?

@@ -124,3 +124,29 @@ def test_attention_bad_inputs():
         scaled_dot_product_attention(q, k[..., :4], v)
     with pytest.raises(ValueError, match="k 与 v 的长度 T_k 应相同"):
         scaled_dot_product_attention(q, k, v[..., :3, :])
+
+
+@pytest.mark.parametrize("capability", ["avx2", "default"])
+def test_fast_path_runs_bf16_under_every_cpu_kernel_set(capability):
+    # torch 2.13 在有 AMX 的 Intel CPU 上、内核集低于 avx512 时，bf16 的 flash 内核报 pack_vnni2 错误；
+    # 快速路径须退回数学后端。内核集只能在进程启动前选，所以在子进程里跑（别的 CPU 上同样必须通过）。
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "from tformer_lib.attention import fast_scaled_dot_product_attention as fast, scaled_dot_product_attention\n"
+        "torch.manual_seed(0)\n"
+        "q, k, v = torch.randn(3, 2, 4, 128, 16).unbind(0)  # 序列要够长，flash 内核才走打包路径\n"
+        "mask = torch.ones(128, 128, dtype=torch.bool).tril()\n"
+        "for m in (None, mask):\n"
+        "    want, _ = scaled_dot_product_attention(q, k, v, mask=m)\n"
+        "    got = fast(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask=m)\n"
+        "    assert got.dtype == torch.bfloat16\n"
+        "    torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -66,3 +66,18 @@ def test_shipped_results_say_where_and_when_they_were_measured():
     assert {"cpu", "threads", "torch", "date"} <= set(res["machine"])
     assert res["train_step"]["small"]["rounds"] >= 10
     assert [a["length"] for a in res["attention"]] == [64, 128, 256, 512]
+
+
+def test_measurement_record_names_the_command_the_machine_and_the_elapsed_time():
+    import time
+
+    from tformer_lib.benchmarking import machine_info, measurement_record
+
+    info = machine_info()
+    start = time.perf_counter() - 2.0  # 假装两秒前开始
+    record = measurement_record("tformer_lib.quant.measure", ["--samples", "3"], info, start)
+    assert record["command"] == "python -m tformer_lib.quant.measure --samples 3"
+    assert record["machine"] == info and record["machine"] is not info  # 复制一份，之后改 info 不影响结果
+    assert 2.0 <= record["wall_seconds"] < 60
+    assert record["load_average_end"] is None or record["load_average_end"] >= 0
+    assert measurement_record("m", [], info, start)["command"] == "python -m m"

@@ -44,6 +44,21 @@ def test_lm_finetune_writes_an_adapter_and_a_merged_checkpoint_that_agree(finetu
 
 
 @pytest.mark.slow
+def test_a_qlora_adapter_generates_what_its_merged_checkpoint_generates(tmp_path, capsys):
+    # QLoRA 的支路是对着 int4 底座学的：lm-generate --adapter 要先把底座量化成同一格式，才与合并后的检查点一致
+    argv = ["--threads", "1", "lm-finetune", "--method", "qlora", "--steps", "1", "--lora-rank", "4", "--lr", "0.05",
+            "--adapter-out", str(tmp_path / "q.pt"), "--out", str(tmp_path / "qm.pt")]
+    assert main(argv) == 0
+    assert load_adapter(tmp_path / "q.pt")["base_format"] == "int4-g64"
+    capsys.readouterr()
+    args = ["lm-generate", "--form", "七绝", "--title", "秋兴", "--temperature", "0", "--num", "2"]
+    assert main(args + ["--checkpoint", str(tmp_path / "qm.pt")]) == 0
+    from_checkpoint = capsys.readouterr().out
+    assert main(args + ["--adapter", str(tmp_path / "q.pt")]) == 0
+    assert capsys.readouterr().out == from_checkpoint and from_checkpoint.strip()
+
+
+@pytest.mark.slow
 def test_the_merged_checkpoint_round_trips_through_save_hf(finetuned, tmp_path):
     pytest.importorskip("safetensors")
     from tformer_lib.lm import load_hf, save_hf
@@ -92,6 +107,8 @@ def test_serve_offers_each_adapter_as_a_model_and_mixes_them_in_one_batch(finetu
         (["lm-finetune", "--steps", "0", "--out", "m.pt"], "--steps"),
         (["lm-finetune", "--lr", "-1", "--out", "m.pt"], "--lr"),
         (["lm-generate", "--adapter", "/nonexistent/a.pt"], "找不到适配器"),
+        (["lm-finetune", "--adapter-out", "same.pt", "--out", "./same.pt"], "同一个文件"),
+        (["lm-finetune", "--adapter-out", "tests/conftest.py/a.pt"], "--adapter-out"),  # 上级是文件：训练之前就拒绝
         (["serve", "--adapter", "dufu"], "NAME=PATH"),
         (["serve", "--adapter", "a=x.pt", "--adapter", "a=y.pt"], "两次"),
     ],

@@ -123,5 +123,7 @@ def test_engine_serves_two_adapters_and_the_base_in_one_batch_token_identically(
         Engine(copy.deepcopy(base)).add_request([3, 4], 2, adapter="one")
     with pytest.raises(ValueError, match="可选"):
         engine.add_request([3, 4], 2, adapter="three")
-    with pytest.raises(TypeError, match="AdapterSet"):
+    with pytest.raises(ValueError, match="另一个模型"):
         Engine(copy.deepcopy(base), adapters=adapters)
+    with pytest.raises(TypeError, match="AdapterSet"):
+        Engine(copy.deepcopy(base), adapters={"one": None})

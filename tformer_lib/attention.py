@@ -10,6 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ._checks import (
     broadcast_shape,
@@ -58,6 +59,26 @@ def scaled_dot_product_attention(
     return attended @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
 
 
+def _torch_sdpa(q, k, v, **kwargs) -> torch.Tensor:
+    """调用 ``F.scaled_dot_product_attention``；遇到 PyTorch 在 CPU 上的一个已知缺陷时改用数学（math）后端。
+
+    缺陷：在有 AMX 的 Intel CPU 上，若用 ``ATEN_CPU_CAPABILITY`` 选了低于 avx512 的内核集，
+    bf16 的 flash 内核仍按硬件选择 AMX 的打包路径，随即报 "pack_vnni2 is only supported when avx512 is
+    supported"（torch 2.13 实测）。数学后端算的是同一个公式，只是不分块、为反向保存的张量不同；别的错误照常抛出。
+    想让这样的机器真像一台 avx2 机器（flash 内核照常可用），同时设 ``ONEDNN_MAX_CPU_ISA=AVX2``（CI 就这么做）。
+    ``torch.compile`` 追踪时直接调用（编译出的内核不走这条路径，也避免在图里留下 try）。
+    """
+    if torch.compiler.is_compiling():
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    try:
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    except RuntimeError as error:
+        if "pack_vnni2" not in str(error):
+            raise
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
 def fast_scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -73,12 +94,12 @@ def fast_scaled_dot_product_attention(
     """
     attention_inputs(q, k, v)
     if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+        return _torch_sdpa(q, k, v, dropout_p=dropout_p)
     score_shape = (*broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
     bool_mask("mask", mask, score_shape)
     additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
     additive = additive.masked_fill(~mask, torch.finfo(q.dtype).min)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=dropout_p)
+    out = _torch_sdpa(q, k, v, attn_mask=additive, dropout_p=dropout_p)
     any_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)：这一行是否至少能看见一个键
     return out.masked_fill(~any_key, 0.0)  # (..., T_q, d_v)
 

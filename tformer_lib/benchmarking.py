@@ -19,6 +19,7 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = [
     "interleaved",
     "ratio_summary",
     "machine_info",
+    "measurement_record",
     "benchmark_train_step",
     "benchmark_attention_paths",
     "run_benchmarks",
@@ -170,6 +172,20 @@ def machine_info() -> dict[str, Any]:
         # 开始测量时的 1 分钟平均负载（可运行的进程数）：大于核数说明有别的任务在抢 CPU
         "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def measurement_record(module: str, argv: Sequence[str] | None, machine: Mapping[str, Any],
+                       start: float) -> dict[str, Any]:
+    """结果文件的开头几项：在哪里测的（``machine``，测量开始时取的 :func:`machine_info`）、结束时的平均负载、
+    复现它的命令（``python -m module`` 加上参数；``argv`` 为 ``None`` 时取命令行）、从 ``start``
+    （``time.perf_counter()``）起的总秒数。"""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return {
+        "machine": dict(machine),
+        "load_average_end": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        "command": " ".join(["python", "-m", module, *args]),
+        "wall_seconds": time.perf_counter() - start,
     }
 
 

@@ -11,7 +11,7 @@ from .qlora import QLORA_FORMATS, apply_qlora
 from .memory import FINETUNE_METHODS, LORA_TARGETS, finetune_memory, lora_activation_bytes, lora_parameter_count
 from .poet import poet_counts, poet_data, poet_documents
 from .train import FINETUNE_RECIPE, finetune_poet, finetune_scores, prepare_finetune
-from .adapter_file import ADAPTER_FORMAT, adapter_from_model, apply_adapter, load_adapter, save_adapter
+from .adapter_file import ADAPTER_FORMAT, adapter_from_model, apply_adapter, load_adapter, quantize_base_for, save_adapter
 from .multi_lora import AdapterSet, MultiLoRALinear
 
 __all__ = [
@@ -20,6 +20,6 @@ __all__ = [
     "FINETUNE_METHODS", "LORA_TARGETS", "finetune_memory", "lora_activation_bytes", "lora_parameter_count",
     "poet_counts", "poet_data", "poet_documents",
     "FINETUNE_RECIPE", "finetune_poet", "finetune_scores", "prepare_finetune",
-    "ADAPTER_FORMAT", "adapter_from_model", "apply_adapter", "load_adapter", "save_adapter",
+    "ADAPTER_FORMAT", "adapter_from_model", "apply_adapter", "load_adapter", "quantize_base_for", "save_adapter",
     "AdapterSet", "MultiLoRALinear",
 ]

@@ -48,6 +48,7 @@ def _cmd_lm_finetune(args) -> int:
     from ..lm.training import load_lm, save_lm_checkpoint
     from ..progress import stage
     from ..quant.quantize import dequantize_model
+    from ..training.checkpoint import check_checkpoint_path
     from .adapter_file import save_adapter
     from .lora import merge_lora, trainable_parameters
     from .poet import poet_data
@@ -63,10 +64,15 @@ def _cmd_lm_finetune(args) -> int:
             raise CLIError(f"{flag} 应为正整数，收到 {value}")
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
         raise CLIError(f"--lr 应是有限的正数，收到 {args.lr:g}")
-    for flag in ("out", "adapter_out"):
+    for flag in ("out", "adapter_out"):  # 训练之前就查完：能写成文件，且两个输出不是同一个文件
         path = getattr(args, flag)
-        if path is not None and Path(path).is_dir():
-            raise CLIError(f"--{flag.replace('_', '-')} {path!r} 是目录；请给一个文件路径")
+        if path is not None:
+            try:
+                check_checkpoint_path(path, f"--{flag.replace('_', '-')}")
+            except ValueError as exc:
+                raise CLIError(str(exc)) from None
+    if args.out is not None and args.adapter_out is not None and Path(args.out).resolve() == Path(args.adapter_out).resolve():
+        raise CLIError(f"--out 与 --adapter-out 是同一个文件 {args.out!r}：后写的会覆盖先写的；请给两个不同的路径")
     base, tokenizer, _ = load_lm(args.base) if args.base else load_poem_model()
     if tokenizer is None:
         raise CLIError(f"底座检查点 {args.base!r} 没有保存分词器，无法编码诗")

@@ -144,11 +144,25 @@ def check_model(model) -> None:
         raise TypeError(f"model 应是 nn.Module，收到 {type(model).__name__}")
 
 
+def check_targets(targets) -> tuple[str, ...]:
+    """``targets`` 应是线性层属性名组成的非空列表或元组（如 ``('w_q', 'w_v')``）；返回元组。
+
+    生成器、迭代器一类只能读一遍的对象也拒绝：读过一遍检查之后就空了，什么层都匹配不上。"""
+    if not isinstance(targets, (list, tuple)) or not targets or not all(isinstance(t, str) for t in targets):
+        raise TypeError(f"targets 应是线性层属性名组成的非空列表或元组（如 ('w_q', 'w_v')），收到 {targets!r}")
+    return tuple(targets)
+
+
+def check_no_lora(model: nn.Module) -> None:
+    """``model`` 里还没有 LoRA 支路（:class:`LoRALinear`）。"""
+    if any(isinstance(m, LoRALinear) for m in model.modules()):
+        raise ValueError("model 已经加过 LoRA：先 merge_lora(model)，或从原来的模型开始")
+
+
 def find_targets(model: nn.Module, targets) -> list[tuple[nn.Module, str, nn.Module]]:
     """``targets`` 指到的每个线性层 ``(父模块, 属性名, 线性层)``；同一个层经两条路径都能到达时，两条都列出
     （之后换成同一个 LoRALinear）。名字不存在、是 ``nn.Linear`` 的子类或权重与别的模块共享时报错。"""
-    if isinstance(targets, str) or not targets or not all(isinstance(t, str) for t in targets):
-        raise TypeError(f"targets 应是线性层属性名组成的非空序列（如 ('w_q', 'w_v')），收到 {targets!r}")
+    targets = check_targets(targets)
     found = [(parent, name, child) for parent in model.modules() for name, child in parent._modules.items()
              if name in targets and isinstance(child, (nn.Linear, *QUANTIZED_BASES))]
     subclass = sorted({f"{name}（{type(child).__name__}）" for _, name, child in found
@@ -177,8 +191,7 @@ def apply_lora(model: nn.Module, rank: int, alpha: float, targets=("w_q", "w_v")
     已经加过 LoRA 的模型再调用会报错。
     """
     check_model(model)
-    if any(isinstance(m, LoRALinear) for m in model.modules()):
-        raise ValueError("model 已经加过 LoRA：先 merge_lora(model)，或从原来的模型开始")
+    check_no_lora(model)
     found = find_targets(model, targets)
     adapters: dict[int, LoRALinear] = {}  # 同一个线性层（经几条路径到达）只配一条支路
     for _, _, linear in found:
@@ -198,8 +211,9 @@ def merge_lora(model: nn.Module) -> nn.Module:
     """把每个 :class:`LoRALinear` 合并并换回普通的 ``nn.Linear``（peft 的 ``merge_and_unload``）；原地修改，返回 ``model``
     （``model`` 本身是一个 :class:`LoRALinear` 时返回合并后的 ``nn.Linear``）。
 
-    量化的底座（QLoRA）先反量化成浮点的 ``nn.Linear``（:meth:`LoRALinear.dequantize_base`）再合并：结果是
-    ``Ŵ + (α/r)·BA`` 的浮点模型（要部署成整数格式，再对它调用 :func:`~tformer_lib.quant.quantize_model`）。
+    量化的底座（QLoRA）先反量化成浮点的 ``nn.Linear``（:meth:`LoRALinear.dequantize_base`）再合并成 ``Ŵ + (α/r)·BA``；
+    **没加 LoRA 的量化层保持量化**。要整个模型都是浮点（与训练时算的是同一个函数），再调用
+    :func:`~tformer_lib.quant.dequantize_model`；要部署成整数格式，对结果调用 :func:`~tformer_lib.quant.quantize_model`。
     """
     check_model(model)
     if isinstance(model, LoRALinear):

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -106,7 +105,7 @@ def summarize(result: dict) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, save_results
+    from ..benchmarking import machine_info, measurement_record, save_results
     from ..lm import load_poem_model
 
     p = argparse.ArgumentParser(description="第 17 章：全量微调 vs LoRA vs QLoRA 在一位诗人上的实测")
@@ -119,9 +118,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     base, tokenizer, _ = load_poem_model()
     result = measure_finetuning(base, tokenizer, seeds=tuple(args.seeds))
-    result = {"machine": info, "load_average_end": round(os.getloadavg()[0], 2),
-              "command": "python -m tformer_lib.finetune.measure " + " ".join(sys.argv[1:] if argv is None else argv),
-              "wall_seconds": time.perf_counter() - start, **result}
+    result = {**measurement_record("tformer_lib.finetune.measure", argv, info, start), **result}
     print("选出的学习率：", result["chosen_lr"])
     print(f"{'方法':<10}{'可训练参数':>11}{'目标 test 困惑度':>16}{'其他诗人 test':>14}{'ms/步':>8}")
     for line in summarize(result):

@@ -17,6 +17,7 @@ import torch
 from .._checks import one_of, positive_int
 from ..memory import lm_activation_bytes, model_state_bytes
 from ..quant.sizes import linear_shapes, parameter_count, weight_bytes
+from .lora import check_targets
 
 __all__ = ["LORA_TARGETS", "FINETUNE_METHODS", "lora_parameter_count", "lora_activation_bytes", "finetune_memory"]
 
@@ -29,9 +30,15 @@ _FP32, _INT64, _BOOL = 4, 8, 1  # 均值/1/标准差、lse 是 float32；目标�
 _ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")  # 与 lm_activation_bytes 覆盖的相同
 
 
+def _check_config(config) -> None:
+    from ..lm.config import LMConfig
+
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"config 应是 LMConfig（如 PRESETS['llama-2-7b']），收到 {type(config).__name__}")
+
+
 def _check_targets(config, targets) -> frozenset[str]:
-    if isinstance(targets, str) or not targets or not all(isinstance(t, str) for t in targets):
-        raise TypeError(f"targets 应是线性层名字组成的非空序列（如 ('w_q', 'w_v')），收到 {targets!r}")
+    targets = check_targets(targets)
     allowed = LORA_TARGETS if config.activation == "swiglu" else LORA_TARGETS[:-1]
     bad = sorted(set(targets) - set(allowed))
     if bad:
@@ -41,6 +48,7 @@ def _check_targets(config, targets) -> frozenset[str]:
 
 def lora_parameter_count(config, rank: int, targets=("w_q", "w_v")) -> int:
     """LoRA 的可训练参数个数：每个目标层 ``r·(in + out)``，乘以层数（与 :func:`~tformer_lib.finetune.trainable_parameters` 相等）。"""
+    _check_config(config)
     positive_int("rank", rank)
     chosen = _check_targets(config, targets)
     return sum(rank * (out + inp) for name, out, inp in linear_shapes(config) if name.rsplit(".", 1)[-1] in chosen)
@@ -69,12 +77,11 @@ def lora_activation_bytes(config, batch: int, length: int, targets=("w_q", "w_v"
     量化的底座（QLoRA）与此相同：:class:`~tformer_lib.finetune.LoRALinear` 与量化层在反向时重算反量化的权重。
     只覆盖 pre-LN、快速注意力（``fast_attention=True``）、dropout 为 0 的模型（本书的唐诗模型与各预设都是）。
     """
-    from ..lm.config import LMConfig
-
-    if not isinstance(config, LMConfig):
-        raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")
+    _check_config(config)
     for name, value in (("batch", batch), ("length", length), ("bytes_per_element", bytes_per_element)):
         positive_int(name, value)
+    if length > config.max_len:
+        raise ValueError(f"length 不能超过模型的 max_len={config.max_len}，收到 {length}")
     positive_int("rank", rank)
     chosen = _check_targets(config, targets)
     if not (config.norm_first and config.fast_attention) or config.dropout != 0:
@@ -125,13 +132,19 @@ def finetune_memory(config, method: str, *, batch: int, length: int, rank: int =
     ``adam``（m 与 v）、``activations`` 与 ``total``，另含 ``trainable``（可训练参数个数）。
 
     * ``"full"``：全部参数 float32 训练（每个参数 16 字节）+ :func:`~tformer_lib.memory.lm_activation_bytes`；
-    * ``"lora"``：底座按 ``base_format``（默认 ``"fp32"``；真实模型常用 ``"bf16"``）冻结，支路 float32 训练；
+    * ``"lora"``：底座按 ``base_format``（默认 ``"fp32"``；真实模型常用 ``"bf16"``）冻结，支路 float32 训练
+      （peft 默认也把支路升成 float32；:func:`~tformer_lib.finetune.apply_lora` 的支路跟随底座的 dtype，
+      所以在 bf16 的模型上要与这一行相符，需先把支路 ``.float()``）；
     * ``"qlora"``：底座的线性层按 ``base_format``（默认 ``"int4-g64"``），没有量化的参数（嵌入、归一化）按
       ``rest_format``（``"fp32"`` 或 ``"bf16"``），其余同 LoRA。
 
     ``activation_bytes``：激活每个元素的字节（float32 训练为 4，bf16 autocast 近似为 2）。
+    ``"full"`` 不看 ``rank`` 与 ``targets``（全部参数都训练）。
     """
+    _check_config(config)
     one_of("method", method, FINETUNE_METHODS)
+    for name, value in (("batch", batch), ("length", length), ("activation_bytes", activation_bytes)):
+        positive_int(name, value)
     if method == "full":
         if base_format not in (None, "fp32"):
             raise ValueError(f"全量微调的权重是 float32（base_format=None），收到 base_format={base_format!r}")

@@ -24,25 +24,33 @@ import torch
 from torch import nn
 
 from .adapter_file import check_adapter_fits
-from .lora import LoRALinear
+from .lora import QUANTIZED_BASES, LoRALinear
 
 __all__ = ["MultiLoRALinear", "AdapterSet"]
 
 
 class MultiLoRALinear(nn.Module):
-    """冻结的 ``base``（``nn.Linear``）加若干条支路；每个词元走哪一条由所属 :class:`AdapterSet` 当前的路由决定。"""
+    """冻结的 ``base``（``nn.Linear``，或 QLoRA 的量化层）加若干条支路；每个词元走哪一条由所属 :class:`AdapterSet`
+    当前的路由决定。"""
 
-    def __init__(self, base: nn.Linear, router: "AdapterSet"):
+    def __init__(self, base: nn.Module, router: "AdapterSet"):
         super().__init__()
+        if type(base) is not nn.Linear and not isinstance(base, QUANTIZED_BASES):
+            raise TypeError(f"base 应是 nn.Linear 或量化的线性层（Int8Linear、Int4Linear），收到 {type(base).__name__}")
         self.base = base
         self._router = router  # 不是子模块：只读它的路由
         self.scaling: dict[int, float] = {}  # 适配器编号 → α/r；A、B 是 buffer（随 .to() 移动）：lora_A_{编号}、lora_B_{编号}
 
     def add(self, index: int, lora_A: torch.Tensor, lora_B: torch.Tensor, scaling: float) -> None:
+        """加第 ``index`` 条支路（``index`` ≥ 0；-1 在路由里表示“只用底座”，不能用作支路的编号）。"""
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"index 应是非负整数（-1 留给“只用底座”），收到 {index!r}")
+        if index in self.scaling:
+            raise ValueError(f"第 {index} 条支路已经加过")
         if lora_A.shape != (lora_A.shape[0], self.base.in_features) or lora_B.shape != (self.base.out_features, lora_A.shape[0]):
             raise ValueError(f"A {tuple(lora_A.shape)}、B {tuple(lora_B.shape)} 与底座 ({self.base.out_features}, "
                              f"{self.base.in_features}) 对不上")
-        ref = self.base.weight
+        ref = next(t for t in self.base.state_dict().values() if t.is_floating_point())  # 底座的浮点类型与设备
         self.register_buffer(f"lora_A_{index}", lora_A.detach().to(ref))
         self.register_buffer(f"lora_B_{index}", lora_B.detach().to(ref))
         self.scaling[index] = float(scaling)
@@ -69,8 +77,9 @@ class MultiLoRALinear(nn.Module):
 class AdapterSet:
     """把 ``adapters``（名字 → 适配器字典，:func:`~tformer_lib.finetune.load_adapter`）装到同一个底座 ``model`` 上（原地）。
 
-    每个适配器的底座配置都必须与 ``model`` 相同；它们的秩、α 与目标层可以各不相同。``model`` 必须是浮点的、
-    没有加过 LoRA 的模型。推理专用：装上后 ``model`` 的参数都不要求梯度。
+    每个适配器的底座配置与格式都必须与 ``model`` 相同（QLoRA 的适配器要量化过的底座，
+    :func:`~tformer_lib.finetune.adapter_file.quantize_base_for`）；它们的秩、α 与目标层可以各不相同。``model``
+    必须是没有加过 LoRA 的模型。所有检查都在改动 ``model`` 之前做完。推理专用：装上后 ``model`` 的参数都不要求梯度。
     """
 
     def __init__(self, model: nn.Module, adapters: Mapping[str, dict]):
@@ -85,31 +94,22 @@ class AdapterSet:
                 raise TypeError(f"适配器的名字应是非空字符串，收到 {name!r}")
             check_adapter_fits(model, adapter, f"适配器 {name!r}")
         self.model, self.names, self.ids = model, tuple(adapters), None
-        layers: dict[str, MultiLoRALinear] = {}
-        for index, (name, adapter) in enumerate(adapters.items()):
+        bases = dict(model.named_modules())  # 检查都过了：每个适配器的每个键都对应一个目标线性层
+        layers: dict[int, MultiLoRALinear] = {}  # id(底座层) → 它的多支路层
+        for index, adapter in enumerate(adapters.values()):
             for key in adapter["state"]:
                 module_name, _, kind = key.rpartition(".")
-                if kind != "lora_A":
-                    continue
-                if module_name not in layers:
-                    layers[module_name] = self._replace(module_name)
-                layers[module_name].add(index, adapter["state"][key], adapter["state"][f"{module_name}.lora_B"],
-                                        adapter["alpha"] / adapter["rank"])
+                if kind == "lora_A":
+                    base = bases[module_name]
+                    layer = layers.setdefault(id(base), MultiLoRALinear(base, self))
+                    layer.add(index, adapter["state"][key], adapter["state"][f"{module_name}.lora_B"],
+                              adapter["alpha"] / adapter["rank"])
+        for parent in list(model.modules()):  # 换掉每一条路径（同一个层经两条路径到达时两条都换）
+            for child_name, child in list(parent._modules.items()):
+                if id(child) in layers:
+                    setattr(parent, child_name, layers[id(child)])
         for p in model.parameters():
             p.requires_grad_(False)
-
-    def _replace(self, module_name: str) -> MultiLoRALinear:
-        parent_name, _, child = module_name.rpartition(".")
-        try:
-            parent = self.model.get_submodule(parent_name) if parent_name else self.model
-            base = getattr(parent, child)
-        except AttributeError as exc:
-            raise ValueError(f"模型里没有适配器要的层 {module_name!r}") from exc
-        if type(base) is not nn.Linear:
-            raise TypeError(f"{module_name} 是 {type(base).__name__}，多适配器服务要浮点的 nn.Linear 底座")
-        layer = MultiLoRALinear(base, self)
-        setattr(parent, child, layer)
-        return layer
 
     def index(self, name: str | None) -> int:
         """适配器名字 → 编号；``None`` → -1（只用底座）。"""

@@ -15,7 +15,7 @@ from torch import nn
 
 from .._checks import one_of
 from ..quant.quantize import quantize_model
-from .lora import apply_lora, check_lora_hyperparameters, check_model, find_targets
+from .lora import apply_lora, check_lora_hyperparameters, check_model, check_no_lora, check_targets, find_targets
 
 __all__ = ["QLORA_FORMATS", "apply_qlora"]
 
@@ -28,10 +28,13 @@ def apply_qlora(model: nn.Module, rank: int, alpha: float, targets=("w_q", "w_v"
     """原地把 ``model`` 的线性层量化成 ``fmt``（:func:`~tformer_lib.quant.quantize_model`，与词嵌入共享的输出层除外），
     再在 ``targets`` 上加 LoRA（:func:`~tformer_lib.finetune.apply_lora`）；返回 ``model``。
 
-    训练完 :func:`~tformer_lib.finetune.merge_lora` 给出 ``Ŵ + (α/r)·BA`` 的浮点模型。
+    训练完 :func:`~tformer_lib.finetune.merge_lora` 把目标层合并成 ``Ŵ + (α/r)·BA`` 的浮点层；其余线性层仍是量化的，
+    整个模型要浮点时再调用 :func:`~tformer_lib.quant.dequantize_model`。
     """
     check_model(model)
     one_of("fmt", fmt, QLORA_FORMATS)
     check_lora_hyperparameters(rank, alpha, dropout)  # 先查完全部参数：出错时模型还没被量化
+    check_no_lora(model)
+    targets = check_targets(targets)
     find_targets(model, targets)
     return apply_lora(quantize_model(model, fmt), rank, alpha, targets=targets, dropout=dropout)

@@ -222,9 +222,12 @@ def _cmd_lm_generate(args) -> int:
     if tokenizer is None:
         raise CLIError(f"检查点 {args.checkpoint!r} 没有保存分词器，无法作诗")
     if args.adapter is not None:
-        from ..finetune import apply_adapter, load_adapter, merge_lora
+        from ..finetune import apply_adapter, load_adapter, merge_lora, quantize_base_for
+        from ..quant import dequantize_model
 
-        model = merge_lora(apply_adapter(model, load_adapter(args.adapter))).eval()  # 合并：之后与普通模型一样快
+        adapter = load_adapter(args.adapter)
+        model = quantize_base_for(model, [adapter])  # QLoRA 的适配器：底座先量化成训练时的格式
+        model = dequantize_model(merge_lora(apply_adapter(model, adapter))).eval()  # 合并成浮点：之后与普通模型一样快
     prompts = [(form, args.title, args.first)] * args.num
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnknownTokenWarning)

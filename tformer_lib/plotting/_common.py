@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,17 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name}={value} 应 ≥ {minimum}")
     return int(value)
+
+
+def check_result_rows(rows: Any, needed: Sequence[str], source: str) -> list[Mapping]:
+    """结果文件里的 ``rows``：非空的字典列表，每行都有 ``needed`` 里的字段；``source`` 是文件名（写进错误信息）。"""
+    if isinstance(rows, Mapping) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError(f"rows 应是非空的结果行列表（{source} 的 'rows'），收到 {type(rows).__name__}")
+    for i, row in enumerate(rows):
+        missing = [k for k in needed if not isinstance(row, Mapping) or k not in row]
+        if missing:
+            raise ValueError(f"rows[{i}] 缺少字段 {missing}")
+    return list(rows)
 
 
 def new_figure(figsize: tuple[float, float] = (6.4, 4.2), nrows: int = 1, ncols: int = 1, **subplot_kw: Any):

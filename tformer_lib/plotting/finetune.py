@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tformer_lib.plotting._common import new_figure
+from tformer_lib.plotting._common import check_result_rows, new_figure
 
 __all__ = ["plot_finetune_tradeoff"]
 
@@ -21,12 +21,7 @@ def plot_finetune_tradeoff(rows: Sequence[Mapping], *, author: str = "杜甫", t
     每个点是一次运行（一种方法、一个种子），同一种方法的点连成一条短线，线的长度就是种子之间的差别；
     旁边标出方法名与可训练参数个数。底座是一个灰色的方块。
     """
-    if isinstance(rows, Mapping) or not isinstance(rows, Sequence) or not rows:
-        raise ValueError(f"rows 应是非空的结果行列表（finetune.json 的 'rows'），收到 {type(rows).__name__}")
-    for i, row in enumerate(rows):
-        missing = [k for k in _NEEDED if not isinstance(row, Mapping) or k not in row]
-        if missing:
-            raise ValueError(f"rows[{i}] 缺少字段 {missing}")
+    rows = check_result_rows(rows, _NEEDED, "finetune.json")
     groups: dict[str, list[Mapping]] = {}
     for row in rows:
         groups.setdefault(str(row["name"]), []).append(row)

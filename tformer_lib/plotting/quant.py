@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from tformer_lib.plotting._common import new_figure
+from tformer_lib.plotting._common import check_result_rows, new_figure
 from tformer_lib.plotting.roofline import plot_roofline
 
 __all__ = ["plot_quantization", "gemv_roofline_points", "plot_gemv_roofline"]
@@ -18,22 +18,12 @@ __all__ = ["plot_quantization", "gemv_roofline_points", "plot_gemv_roofline"]
 _NEEDED = ("name", "weight_bytes", "kv_bytes_per_token", "perplexity", "form_accuracy", "form_accuracy_stderr")
 
 
-def _check_rows(rows) -> list[Mapping]:
-    if isinstance(rows, Mapping) or not isinstance(rows, Sequence) or not rows:
-        raise ValueError(f"rows 应是非空的结果行列表（quantization.json 的 'rows'），收到 {type(rows).__name__}")
-    for i, row in enumerate(rows):
-        missing = [k for k in _NEEDED if not isinstance(row, Mapping) or k not in row]
-        if missing:
-            raise ValueError(f"rows[{i}] 缺少字段 {missing}")
-    return list(rows)
-
-
 def plot_quantization(rows: Sequence[Mapping], *, title: str | None = None):
     """四栏，每行一种格式：权重字节（MiB）、每词元 K/V 字节、留出集困惑度（点）、温度 0.8 的体裁正确率（点 ±1 个标准误）。
 
     困惑度与正确率的横轴只框住数据附近（差别很小，从 0 画起就看不见），所以用点而不用柱。
     """
-    rows = _check_rows(rows)
+    rows = check_result_rows(rows, _NEEDED, "quantization.json")
     names = [str(r["name"]) for r in rows]
     y = np.arange(len(rows))
     fig, axes = new_figure((11.5, 0.45 * len(rows) + 1.8), ncols=4)

@@ -117,7 +117,7 @@ def measure_quantization(base, tokenizer, data: dict, *, rows=ROWS, n_samples: i
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, save_results
+    from ..benchmarking import machine_info, measurement_record, save_results
     from ..lm import load_poem_model, poem_data
 
     p = argparse.ArgumentParser(description="量化在随书唐诗模型上的代价：字节、困惑度、体裁正确率、背书率")
@@ -132,10 +132,7 @@ def main(argv=None) -> int:
     model, tokenizer, _ = load_poem_model()
     table = measure_quantization(model, tokenizer, poem_data(), n_samples=args.samples, n_eval=args.eval_poems)
     result = {
-        "machine": info,
-        "load_average_end": round(__import__("os").getloadavg()[0], 2),
-        "command": "python -m tformer_lib.quant.measure " + " ".join(sys.argv[1:] if argv is None else argv),
-        "wall_seconds": time.perf_counter() - start,
+        **measurement_record("tformer_lib.quant.measure", argv, info, start),
         "split": "test", "temperature": 0.8, "seed": 0, "n_samples": args.samples,
         "rows": table,
     }

@@ -117,12 +117,14 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def parse_adapters(values) -> dict[str, str]:
-    """``["dufu=dufu.pt", …]`` → ``{"dufu": "dufu.pt", …}``；格式不对或名字重复时报错。"""
+    """``["dufu=dufu.pt", …]`` → ``{"dufu": "dufu.pt", …}``；格式不对、名字含空白或重复时报错。"""
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"values 应是 NAME=PATH 字符串的列表，收到 {values!r}")
     out: dict[str, str] = {}
     for value in values:
         name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"--adapter 应写成 NAME=PATH（如 dufu=dufu.lora.pt），收到 {value!r}")
+        if not sep or not name or not path or any(c.isspace() for c in name):
+            raise ValueError(f"--adapter 应写成 NAME=PATH（如 dufu=dufu.lora.pt；名字里不能有空白），收到 {value!r}")
         if name in out:
             raise ValueError(f"--adapter 的名字 {name!r} 给了两次")
         out[name] = path
@@ -152,9 +154,10 @@ def _cmd_serve(args) -> int:
         model, tokenizer, name, eos_ids, suppress_ids = load_served_model(args.model)
         adapters = None
         if args.adapter:
-            from ..finetune import AdapterSet, load_adapter
+            from ..finetune import AdapterSet, load_adapter, quantize_base_for
 
-            adapters = AdapterSet(model, {k: load_adapter(v) for k, v in parse_adapters(args.adapter).items()})
+            loaded = {k: load_adapter(v) for k, v in parse_adapters(args.adapter).items()}
+            adapters = AdapterSet(quantize_base_for(model, loaded.values()), loaded)  # QLoRA：底座先量化成训练时的格式
         app = create_app(model, tokenizer, model_name=args.served_model_name or name, body_timeout=args.body_timeout,
                          stop_token_ids=eos_ids[1:], max_batch=args.max_batch, eos_id=eos_ids[0] if eos_ids else None,
                          suppress_ids=suppress_ids, adapters=adapters)

@@ -77,9 +77,11 @@ class Engine:
                  adapters=None):
         check_model("model", model)
         if adapters is not None:  # 只用它的 index/route/model（不 import 第四部分的 finetune：层次只向下）
-            if not all(hasattr(adapters, a) for a in ("index", "route", "model")) or adapters.model is not model:
+            if not all(hasattr(adapters, a) for a in ("index", "route", "model")):
                 raise TypeError("adapters 应是装在这个 model 上的 AdapterSet（AdapterSet(model, {名字: 适配器})），"
                                 f"收到 {type(adapters).__name__}")
+            if adapters.model is not model:
+                raise ValueError("adapters 装在另一个模型上：AdapterSet 要装在交给 Engine 的同一个 model 对象上")
         flag("prefix_caching", prefix_caching)
         suppress_ids = check_suppress_ids(suppress_ids)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
@@ -277,14 +279,21 @@ class Engine:
         ``requests``：另外要跑的 :class:`Request`（例如 ``Request([2, 3], 5)``），先按顺序排进队列，跑完后它们的
         ``output`` 等字段就地填好；已由 :meth:`add_request` 提交的请求不会再排一次。未给 ``arrival``（0.0）的请求算作现在到达。
         """
-        for request in self._new_requests(requests):
-            queued = self.add_request(request.prompt, request.max_new_tokens,
-                                      arrival=request.arrival if request.arrival else None, sampling=request.sampling,
-                                      adapter=request.adapter)
-            request.prompt, request.request_id, request.arrival = queued.prompt, queued.request_id, queued.arrival
-            request.finish_time = queued.finish_time
-            if not queued.done:  # add_request 把它的副本排在队尾：换成调用方自己的对象
-                self.waiting[-1] = request
+        added: list[Request] = []
+        try:
+            for request in self._new_requests(requests):
+                queued = self.add_request(request.prompt, request.max_new_tokens,
+                                          arrival=request.arrival if request.arrival else None, sampling=request.sampling,
+                                          adapter=request.adapter)
+                request.prompt, request.request_id, request.arrival = queued.prompt, queued.request_id, queued.arrival
+                request.finish_time = queued.finish_time
+                if not queued.done:  # add_request 把它的副本排在队尾：换成调用方自己的对象
+                    self.waiting[-1] = request
+                    added.append(request)
+        except Exception:  # 有一个请求不对，这一批就都不排：不在队里留下半批
+            for request in added:
+                self.waiting.remove(request)
+            raise
         while self.has_work:
             if not self.running and self.waiting and self.waiting[0].arrival > time.perf_counter():
                 time.sleep(max(0.0, self.waiting[0].arrival - time.perf_counter()))
