@@ -41,6 +41,7 @@ RESULTS = {
     "quant_real_models": "python -m tformer_lib.quant.real_models --out tformer_lib/results/quant_real_models.json",
     "vs_transformers": "python benchmarks/vs_transformers.py --rounds 5 --out tformer_lib/results/vs_transformers.json",
     "finetune": "python -m tformer_lib.finetune.measure --out tformer_lib/results/finetune.json",
+    "scaling": "python -m tformer_lib.scale.scaling --out tformer_lib/results/scaling.json",
 }
 
 

@@ -3,7 +3,9 @@
 - :mod:`.accelerators`：A100 / H100 / H200 的显存、带宽与 bf16 算力（厂商数据手册）；
 - :mod:`.ledger`：每章一个行函数（:func:`compute_row`、:func:`parameter_row`、:func:`memory_row`、
   :func:`parallel_rows`、:func:`serving_row`），只调用各章自己的公式；
-- :mod:`.table`：:func:`ledger_table` 一章一张表，:func:`format_table` 排成文本。
+- :mod:`.table`：:func:`ledger_table` 一章一张表，:func:`format_table` 排成文本；
+- :mod:`.scaling`：唐诗模型上的小缩放实验（几种大小 × 几种训练词元数）与幂律拟合（第 9 章；按需导入，
+  ``python -m tformer_lib.scale.scaling`` 重新生成结果文件）。
 
 层次：在 ``lm``、``memory``、``profiling``、``parallel``、``serving`` 之上，画图与控件之下。
 """
