@@ -213,7 +213,8 @@ def merge_lora(model: nn.Module) -> nn.Module:
 
     量化的底座（QLoRA）先反量化成浮点的 ``nn.Linear``（:meth:`LoRALinear.dequantize_base`）再合并成 ``Ŵ + (α/r)·BA``；
     **没加 LoRA 的量化层保持量化**。要整个模型都是浮点（与训练时算的是同一个函数），再调用
-    :func:`~tformer_lib.quant.dequantize_model`；要部署成整数格式，对结果调用 :func:`~tformer_lib.quant.quantize_model`。
+    :func:`~tformer_lib.quant.dequantize_model`；要部署成整数格式，对这个浮点的结果调用 :func:`~tformer_lib.quant.quantize_model`
+    （它拒绝还含量化层的模型；重新量化合并后的权重会带来新的舍入误差）。
     """
     check_model(model)
     if isinstance(model, LoRALinear):

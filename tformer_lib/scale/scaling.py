@@ -8,7 +8,7 @@ r"""一个小小的缩放实验（scaling study）：几种大小的唐诗模型
 :math:`L = a\,C^{-\alpha}`（:func:`fit_power_law`，对数坐标下的最小二乘）。
 
 在 2 核 CPU 上能看到的：同样的算力下，大模型训得少与小模型训得多之间有取舍，下包络近似一条直线（对数坐标）。
-看不到的：这里的算力比 Chinchilla 小十几个数量级，模型远没训到头，拟合出的指数只描述这一小段，不能外推到真实模型；
+看不到的：这里的算力（:math:`10^{11}`–:math:`10^{13}` FLOPs）比 Chinchilla 的等算力扫描（:math:`10^{18}` 以上）小六七个数量级，模型远没训到头，拟合出的指数只描述这一小段，不能外推到真实模型；
 Chinchilla 的“每个参数约 20 个词元”是在等算力的扫描上拟合出来的，这里的网格只是它的粗略影子。
 
 ``python -m tformer_lib.scale.scaling --out tformer_lib/results/scaling.json`` 重新生成随书的结果文件。
@@ -33,7 +33,7 @@ from ..profiling import lm_training_flops
 __all__ = ["SCALING_SIZES", "SCALING_TOKENS", "scaling_config", "non_embedding_parameters", "train_for_tokens",
            "scaling_study", "compute_frontier", "fit_power_law", "RESULTS_PATH"]
 
-#: 五种大小 (d_model, n_layers)：非嵌入参数大约每级翻一倍多；头数 4、d_ff = 4·d_model，其余同随书模型
+#: 五种大小 (d_model, n_layers)：非嵌入参数从几万到一百多万；头数 4、d_ff = 4·d_model，其余同随书模型
 SCALING_SIZES = ((48, 2), (64, 2), (96, 3), (128, 4), (160, 4))
 #: 三种训练词元数（64、128、256 步 × 每步 16 × 128 个目标词元）
 SCALING_TOKENS = (131_072, 262_144, 524_288)
