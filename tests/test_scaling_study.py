@@ -23,7 +23,7 @@ def test_fit_power_law_recovers_a_known_law_and_its_fit_quality():
 @pytest.mark.parametrize("xs, ys", [([1.0], [1.0]), ([1.0, 1.0], [2.0, 3.0]), ([1.0, 2.0], [0.0, 1.0]),
                                     ([1.0, 2.0], [1.0]), ([-1.0, 2.0], [1.0, 1.0]), ([1.0, math.inf], [1.0, 1.0])])
 def test_fit_power_law_refuses_what_it_cannot_fit(xs, ys):
-    with pytest.raises(ValueError, match="xs"):
+    with pytest.raises(ValueError, match="xs|ys"):
         fit_power_law(xs, ys)
 
 
@@ -78,3 +78,80 @@ def test_plot_scaling_draws_one_line_per_size_the_frontier_and_the_fit():
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     with pytest.raises(ValueError, match="valid_loss"):
         plot_scaling([{"d_model": 8, "n_layers": 2, "non_embedding_params": 1, "flops": 1.0}])
+
+
+@pytest.mark.parametrize("rows, where", [
+    ([{"flops": 3, "valid_loss": 1}, {"flops": math.nan, "valid_loss": 0.5}, {"flops": 1, "valid_loss": 2}], "rows\\[1\\]\\['flops'\\]"),
+    ([{"flops": 1, "valid_loss": math.inf}], "valid_loss"),
+    ([{"flops": 1}], "valid_loss"),
+    ([{"flops": 1, "valid_loss": None}], "valid_loss"),
+    ("ab", "rows"),
+    ({"flops": 1, "valid_loss": 1}, "rows"),
+])
+def test_frontier_refuses_non_finite_or_missing_values_naming_the_row(rows, where):
+    with pytest.raises(ValueError, match=where):
+        compute_frontier(rows)
+
+
+@pytest.mark.parametrize("xs, ys, word", [("12", "34", "xs"), ([True, 2.0], [1.0, 2.0], "xs"), ([1.0, 2.0], ["1", 2.0], "ys"),
+                                           ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0], "两个不同"),
+                                           ([1e300, math.nextafter(1e300, math.inf)], [1.0, 2.0], "两个不同")])
+def test_fit_power_law_names_what_is_wrong(xs, ys, word):
+    with pytest.raises(ValueError, match=word):
+        fit_power_law(xs, ys)
+
+
+def test_scaling_study_checks_every_cell_before_training_any(monkeypatch):
+    import tformer_lib.scale.scaling as scaling
+
+    trained = []
+    monkeypatch.setattr(scaling, "train_for_tokens", lambda *a, **k: trained.append(a))
+    data = poem_data()
+    for sizes, budgets, error in ((((16, 1), (16, 0)), (20_480,), ValueError), (((16, 1),), (20_480, 100), ValueError),
+                                  ((16, 1), (20_480,), TypeError), (((16, 1),), 20_480, TypeError)):
+        with pytest.raises(error):
+            scaling.scaling_study(sizes, budgets, data=data)
+    with pytest.raises(TypeError, match="data"):
+        scaling.scaling_study(((16, 1),), (20_480,), data={"valid": None})
+    assert trained == []
+
+
+def test_the_cli_refuses_an_unwritable_out_before_the_study(monkeypatch, tmp_path, capsys):
+    import tformer_lib.scale.scaling as scaling
+
+    monkeypatch.setattr(scaling, "scaling_study", lambda **k: pytest.fail("不该开始训练"))
+    for out in (tmp_path, tmp_path / "file.json" / "x.json"):
+        (tmp_path / "file.json").write_text("{}")
+        with pytest.raises(SystemExit):
+            scaling.main(["--out", str(out)])
+        assert "--out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        scaling.main(["--threads", "0"])
+
+
+def test_measurement_record_refuses_a_string_argv_and_quotes_arguments():
+    import time
+
+    from tformer_lib.benchmarking import machine_info, measurement_record
+
+    info, start = machine_info(), time.perf_counter()
+    with pytest.raises(TypeError, match="argv"):
+        measurement_record("m", "--out x.json", info, start)
+    for bad in (time.time() + 1e6, math.nan, "0"):
+        with pytest.raises(ValueError, match="start"):
+            measurement_record("m", [], info, bad)
+    assert measurement_record("m", ["--out", "my file.json"], info, start)["command"] == "python -m m --out 'my file.json'"
+
+
+def test_quantize_base_for_wants_a_list_of_adapter_dicts():
+    import copy
+
+    from tformer_lib.finetune import adapter_from_model, apply_qlora, quantize_base_for
+
+    base = make_lm(LMConfig(40, d_model=64, n_heads=4, n_layers=1, d_ff=128, max_len=16))
+    adapter = adapter_from_model(apply_qlora(copy.deepcopy(base), 2, 4, targets=("w_q",)))
+    for bad in (adapter, "adapter.pt", ["adapter.pt"], [None, adapter]):
+        with pytest.raises(TypeError, match="adapters"):
+            quantize_base_for(copy.deepcopy(base), bad)
+    with pytest.raises(TypeError, match="model"):
+        quantize_base_for(None, [adapter])

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -180,12 +181,21 @@ def measurement_record(module: str, argv: Sequence[str] | None, machine: Mapping
     """结果文件的开头几项：在哪里测的（``machine``，测量开始时取的 :func:`machine_info`）、结束时的平均负载、
     复现它的命令（``python -m module`` 加上参数；``argv`` 为 ``None`` 时取命令行）、从 ``start``
     （``time.perf_counter()``）起的总秒数。"""
+    if not isinstance(module, str) or not module:
+        raise TypeError(f"module 应是模块名（如 'tformer_lib.quant.measure'），收到 {module!r}")
+    if argv is not None and (isinstance(argv, (str, bytes)) or not all(isinstance(a, str) for a in argv)):
+        raise TypeError(f"argv 应是字符串的列表（或 None = 命令行），收到 {argv!r}")
+    if not isinstance(machine, Mapping):
+        raise TypeError(f"machine 应是 machine_info() 返回的字典，收到 {type(machine).__name__}")
+    elapsed = time.perf_counter() - start if isinstance(start, (int, float)) and not isinstance(start, bool) else math.nan
+    if not (math.isfinite(elapsed) and elapsed >= 0):
+        raise ValueError(f"start 应是测量开始时的 time.perf_counter()，收到 {start!r}")
     args = sys.argv[1:] if argv is None else list(argv)
     return {
         "machine": dict(machine),
         "load_average_end": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-        "command": " ".join(["python", "-m", module, *args]),
-        "wall_seconds": time.perf_counter() - start,
+        "command": shlex.join(["python", "-m", module, *args]),  # 带空格的参数加上引号：复制下来就能重跑
+        "wall_seconds": elapsed,
     }
 
 

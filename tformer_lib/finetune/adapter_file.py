@@ -189,11 +189,19 @@ def check_adapter_fits(model: nn.Module, adapter: dict, name: str = "adapter") -
 def quantize_base_for(model: nn.Module, adapters) -> nn.Module:
     """``adapters``（适配器字典的列表）若是对着整数格式的底座训练的（QLoRA），先把浮点的 ``model`` 原地量化成同一格式
     （:func:`~tformer_lib.quant.quantize_model`），这样装上支路后算的就是训练时的那个函数；返回 ``model``。
-    适配器的底座格式不一致时报错（同一个底座只能是一种格式）。"""
-    formats = {a.get("base_format", "fp32") if isinstance(a, dict) else None for a in adapters}
-    quantized = sorted(f for f in formats if f is not None and not _is_float_format(f))
+    适配器的底座格式不一致时报错（同一个底座只能是一种格式；浮点格式之间不转换，fp32 与 bf16 的支路都装在浮点底座上）。"""
+    if isinstance(adapters, (dict, str, bytes)) or not hasattr(adapters, "__iter__"):
+        raise TypeError(f"adapters 应是适配器字典的列表（一个也要放进列表：[adapter]），收到 {type(adapters).__name__}")
+    adapters = list(adapters)
+    for i, a in enumerate(adapters):
+        if not isinstance(a, dict) or a.get("format") != ADAPTER_FORMAT or not isinstance(a.get("base_format", "fp32"), str):
+            raise TypeError(f"adapters[{i}] 应是 load_adapter / adapter_from_model 返回的适配器字典，收到 {type(a).__name__}")
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model 应是 nn.Module，收到 {type(model).__name__}")
+    formats = {a.get("base_format", "fp32") for a in adapters}
+    quantized = sorted(f for f in formats if not _is_float_format(f))
     if len(quantized) > 1 or (quantized and len(formats) > 1):
-        raise ValueError(f"这些适配器的底座格式不同：{sorted(map(str, formats))}；一个底座只能是一种格式")
+        raise ValueError(f"这些适配器的底座格式不同：{sorted(formats)}；一个底座只能是一种格式")
     if quantized and not any(isinstance(m, QUANTIZED_BASES) for m in model.modules()):
         quantize_model(model, quantized[0])
     return model

@@ -59,10 +59,13 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
 
 def check_result_rows(rows: Any, needed: Sequence[str], source: str) -> list[Mapping]:
     """结果文件里的 ``rows``：非空的字典列表，每行都有 ``needed`` 里的字段；``source`` 是文件名（写进错误信息）。"""
-    if isinstance(rows, Mapping) or not isinstance(rows, Sequence) or not rows:
-        raise ValueError(f"rows 应是非空的结果行列表（{source} 的 'rows'），收到 {type(rows).__name__}")
+    if isinstance(rows, (Mapping, str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        shown = "空列表" if isinstance(rows, Sequence) and not rows else type(rows).__name__
+        raise ValueError(f"rows 应是非空的结果行列表（{source} 的 'rows'），收到 {shown}")
     for i, row in enumerate(rows):
-        missing = [k for k in needed if not isinstance(row, Mapping) or k not in row]
+        if not isinstance(row, Mapping):
+            raise ValueError(f"rows[{i}] 应是一行结果（字典），收到 {type(row).__name__}")
+        missing = [k for k in needed if k not in row]
         if missing:
             raise ValueError(f"rows[{i}] 缺少字段 {missing}")
     return list(rows)

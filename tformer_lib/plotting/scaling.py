@@ -23,6 +23,9 @@ def plot_scaling(rows: Sequence[Mapping], fit: Mapping | None = None, *, frontie
     ``frontier``（:func:`~tformer_lib.scale.scaling.compute_frontier` 的行）画成空心圈，``fit``（``a``、``alpha``）
     画成穿过它们的虚线。"""
     rows = check_result_rows(rows, _NEEDED, "scaling.json")
+    if fit is not None and (not isinstance(fit, Mapping) or not {"a", "alpha"} <= set(fit)):
+        raise ValueError(f"fit 应是 fit_power_law 返回的字典（含 'a'、'alpha'），收到 {fit!r}")
+    frontier = check_result_rows(frontier, ("flops", "valid_loss"), "compute_frontier") if len(frontier) else []
     groups: dict[tuple[int, int], list[Mapping]] = {}
     for row in rows:
         groups.setdefault((int(row["d_model"]), int(row["n_layers"])), []).append(row)

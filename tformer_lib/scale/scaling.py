@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -31,11 +32,11 @@ from ..lm.meta import parameter_breakdown
 from ..profiling import lm_training_flops
 
 __all__ = ["SCALING_SIZES", "SCALING_TOKENS", "scaling_config", "non_embedding_parameters", "train_for_tokens",
-           "scaling_study", "compute_frontier", "fit_power_law", "RESULTS_PATH"]
+           "scaling_study", "compute_frontier", "fit_power_law", "RESULTS_PATH", "main"]
 
 #: 五种大小 (d_model, n_layers)：非嵌入参数从几万到一百多万；头数 4、d_ff = 4·d_model，其余同随书模型
 SCALING_SIZES = ((48, 2), (64, 2), (96, 3), (128, 4), (160, 4))
-#: 三种训练词元数（64、128、256 步 × 每步 16 × 128 个目标词元）
+#: 三种训练预算（64、128、256 步 × 每步 16 × 128 个目标位置；去掉填充后实际的词元约少一成）
 SCALING_TOKENS = (131_072, 262_144, 524_288)
 #: 随书的结果文件
 RESULTS_PATH = Path(__file__).resolve().parent.parent / "results" / "scaling.json"
@@ -57,20 +58,18 @@ def non_embedding_parameters(config: LMConfig) -> int:
 
 
 def train_for_tokens(config: LMConfig, data: Mapping, tokens: int, *, seed: int = 0) -> dict:
-    """按随书配方从头训练 ``config``，学习率调度的长度正好是 ``tokens`` 个目标词元（向下取整到整步），
-    训完在验证集上评估一次。返回一行：参数、实际训练的词元、两种算力、验证损失。"""
+    """按随书配方从头训练 ``config``，训完在验证集上评估一次。返回一行：参数、训练的词元、两种算力、验证损失。
+
+    步数 = ``tokens // (批大小 × 块长)``：``tokens`` 按**目标位置**数（含块里的填充），学习率调度的长度就是这些步。
+    返回的 ``tokens`` 是其中**非填充**的目标词元（比预算少约一成）；``flops`` 按全部位置数（填充位置的矩阵乘法也要算），
+    ``flops_6nd`` 用非填充的词元数，所以两者之比里有一部分是填充。"""
     from ..lm.model import make_lm
     from ..lm.pretrained import POEM_RECIPE
     from ..lm.training import LMTrainer
     from ..seed import set_seed
 
-    positive_int("tokens", tokens)
+    steps, length = _steps_for(data, tokens)
     recipe = POEM_RECIPE
-    length = data["train_blocks"].shape[1] - 1
-    per_step = recipe["batch_size"] * length
-    steps = tokens // per_step
-    if steps < 10:
-        raise ValueError(f"tokens 至少要 {10 * per_step}（10 步 × 每步 {per_step} 个词元），收到 {tokens}")
     set_seed(seed)
     model = make_lm(config)
     trainer = LMTrainer(model, data["train_blocks"], data["valid"], batch_size=recipe["batch_size"], lr=recipe["lr"],
@@ -90,23 +89,54 @@ def train_for_tokens(config: LMConfig, data: Mapping, tokens: int, *, seed: int 
     }
 
 
+def _check_data(data) -> None:
+    if not isinstance(data, Mapping) or not all(k in data for k in ("train_blocks", "valid", "tokenizer")):
+        raise TypeError("data 应是 poem_data() 返回的字典（含 'train_blocks'、'valid'、'tokenizer'），"
+                        f"收到 {type(data).__name__}")
+
+
+def _steps_for(data, tokens: int) -> tuple[int, int]:
+    """``(步数, 块长)``；预算不够 10 步时报错。"""
+    from ..lm.pretrained import POEM_RECIPE
+
+    _check_data(data)
+    positive_int("tokens", tokens)
+    length = data["train_blocks"].shape[1] - 1
+    per_step = POEM_RECIPE["batch_size"] * length
+    if tokens // per_step < 10:
+        raise ValueError(f"tokens 至少要 {10 * per_step}（10 步 × 每步 {per_step} 个目标位置），收到 {tokens}")
+    return tokens // per_step, length
+
+
 def scaling_study(sizes: Sequence[tuple[int, int]] = SCALING_SIZES, token_budgets: Sequence[int] = SCALING_TOKENS,
                   *, seed: int = 0, data: Mapping | None = None) -> list[dict]:
-    """``sizes`` × ``token_budgets`` 的每一格训练一次（:func:`train_for_tokens`），返回各行。"""
+    """``sizes``（``(d_model, n_layers)`` 的列表）× ``token_budgets`` 的每一格训练一次（:func:`train_for_tokens`），
+    返回各行。训练之前先检查完每一格（一个坏的格子不会在训完前面几格之后才报错）。"""
     from ..lm.pretrained import poem_data
 
-    if not sizes or not token_budgets:
-        raise ValueError("sizes 与 token_budgets 都应非空")
+    if not isinstance(sizes, (list, tuple)) or not sizes or not all(
+            isinstance(s, (list, tuple)) and len(s) == 2 for s in sizes):
+        raise TypeError(f"sizes 应是非空的 (d_model, n_layers) 列表，收到 {sizes!r}")
+    if not isinstance(token_budgets, (list, tuple)) or not token_budgets:
+        raise TypeError(f"token_budgets 应是非空的词元数列表，收到 {token_budgets!r}")
     data = poem_data() if data is None else data
+    _check_data(data)
     vocab = data["tokenizer"].vocab_size
-    return [train_for_tokens(scaling_config(vocab, d, n), data, tokens, seed=seed)
-            for d, n in sizes for tokens in token_budgets]
+    configs = [scaling_config(vocab, d, n) for d, n in sizes]  # 先全部检查
+    for tokens in token_budgets:
+        _steps_for(data, tokens)
+    return [train_for_tokens(c, data, tokens, seed=seed) for c in configs for tokens in token_budgets]
 
 
 def compute_frontier(rows: Sequence[Mapping], x: str = "flops", y: str = "valid_loss") -> list[Mapping]:
-    """下包络：按 ``x`` 从小到大，只留下比所有更便宜的点都更好（``y`` 更低）的行。"""
-    if not rows:
-        raise ValueError("rows 应非空")
+    """下包络：按 ``x`` 从小到大，只留下比所有更便宜的点都更好（``y`` 更低）的行。``x``、``y`` 都应是有限的数。"""
+    if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)) or not rows:
+        raise ValueError(f"rows 应是非空的结果行列表，收到 {type(rows).__name__}")
+    for i, row in enumerate(rows):
+        for key in (x, y):
+            value = row.get(key) if isinstance(row, Mapping) else None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"rows[{i}][{key!r}] 应是有限的数，收到 {value!r}")
     best, out = math.inf, []
     for row in sorted(rows, key=lambda r: (r[x], r[y])):
         if row[y] < best:
@@ -118,14 +148,24 @@ def compute_frontier(rows: Sequence[Mapping], x: str = "flops", y: str = "valid_
 def fit_power_law(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float]:
     r"""最小二乘拟合 :math:`y = a\,x^{-\alpha}`（即 :math:`\log y = \log a - \alpha \log x`）：返回 ``a``、``alpha``
     与对数坐标下的决定系数 ``r2``。要至少两个不同的 x，而且全部为正。"""
-    xs, ys = [float(v) for v in xs], [float(v) for v in ys]
-    if len(xs) != len(ys) or len(set(xs)) < 2:
-        raise ValueError(f"xs 与 ys 应等长，且至少有两个不同的 x，收到 {len(xs)} 与 {len(ys)} 个")
-    if not all(v > 0 and math.isfinite(v) for v in xs + ys):
-        raise ValueError("xs 与 ys 都应是有限的正数（要取对数）")
+    checked = []
+    for name, values in (("xs", xs), ("ys", ys)):
+        if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+            raise ValueError(f"{name} 应是数的列表，收到 {type(values).__name__}")
+        values = list(values)
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, numbers.Real)
+               or not (math.isfinite(v) and v > 0)]
+        if bad:
+            raise ValueError(f"{name} 都应是有限的正数（要取对数），收到 {bad[0]!r}")
+        checked.append([float(v) for v in values])
+    xs, ys = checked
+    if len(xs) != len(ys):
+        raise ValueError(f"xs 与 ys 应等长，收到 {len(xs)} 与 {len(ys)} 个")
     lx, ly = [math.log(v) for v in xs], [math.log(v) for v in ys]
     mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
     sxx = sum((u - mx) ** 2 for u in lx)
+    if len(set(lx)) < 2 or sxx == 0:
+        raise ValueError(f"xs 至少要有两个不同的值才能拟合斜率，收到 {sorted(set(xs))[:3]}")
     slope = sum((u - mx) * (w - my) for u, w in zip(lx, ly)) / sxx
     intercept = my - slope * mx
     residual = sum((w - (intercept + slope * u)) ** 2 for u, w in zip(lx, ly))
@@ -136,11 +176,21 @@ def fit_power_law(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float]:
 def main(argv=None) -> int:
     from ..benchmarking import machine_info, measurement_record, save_results
 
-    p = argparse.ArgumentParser(description="第 9 章：唐诗模型的缩放实验（5 种大小 × 3 种训练词元数）")
+    p = argparse.ArgumentParser(prog="python -m tformer_lib.scale.scaling",
+                                description="第 9 章：唐诗模型的缩放实验（5 种大小 × 3 种训练词元数）")
     p.add_argument("--out", default=None, help="结果 JSON 的路径（原子写入）；不给就只打印表格")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch 的线程数（默认 1：结果文件记着它）")
+    p.add_argument("--seed", type=int, default=0, help="每一格的随机种子（默认 0）")
     args = p.parse_args(argv)
+    if args.threads < 1:
+        p.error(f"--threads 应为正整数，收到 {args.threads}")
+    if args.out is not None:  # 训练十几分钟之前就确认能写
+        from ..training.checkpoint import check_checkpoint_path
+
+        try:
+            check_checkpoint_path(args.out, "--out")
+        except ValueError as exc:
+            p.error(str(exc))
     torch.set_num_threads(args.threads)
     info = machine_info()
     start = time.perf_counter()
