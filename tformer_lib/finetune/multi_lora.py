@@ -101,8 +101,9 @@ class AdapterSet:
                 module_name, _, kind = key.rpartition(".")
                 if kind == "lora_A":
                     base = bases[module_name]
-                    layer = layers.setdefault(id(base), MultiLoRALinear(base, self))
-                    layer.add(index, adapter["state"][key], adapter["state"][f"{module_name}.lora_B"],
+                    if id(base) not in layers:
+                        layers[id(base)] = MultiLoRALinear(base, self)
+                    layers[id(base)].add(index, adapter["state"][key], adapter["state"][f"{module_name}.lora_B"],
                               adapter["alpha"] / adapter["rank"])
         for parent in list(model.modules()):  # 换掉每一条路径（同一个层经两条路径到达时两条都换）
             for child_name, child in list(parent._modules.items()):
