@@ -103,6 +103,19 @@ def save_adapter(path: str | os.PathLike, model: nn.Module, extra: dict | None =
     return atomic_torch_save(adapter_from_model(model, extra), path)
 
 
+def _fields_problem(adapter: dict) -> str | None:
+    """适配器字典缺了哪个字段、哪个超参数不合法（:func:`load_adapter` 与 :func:`check_adapter_fits` 共用）；都对时 ``None``。"""
+    missing = [k for k in ("rank", "alpha", "targets", "base_config", "state") if k not in adapter]
+    if missing:
+        return f"缺少字段 {missing}，不完整"
+    try:
+        check_lora_hyperparameters(adapter["rank"], adapter["alpha"], 0.0)
+        check_targets(adapter["targets"])
+    except (TypeError, ValueError) as exc:
+        return f"的超参数不对：{exc}"
+    return None
+
+
 def load_adapter(path: str | os.PathLike) -> dict:
     """读适配器文件（``weights_only=True``）并检查格式；文件不对时抛出一行的 :class:`~tformer_lib.training.checkpoint.CheckpointError`。"""
     path = Path(path)
@@ -119,14 +132,9 @@ def load_adapter(path: str | os.PathLike) -> dict:
                               "完整的模型检查点请用 --model / load_lm")
     if data.get("version") != ADAPTER_VERSION:
         raise CheckpointError(f"{str(path)!r} 的适配器版本是 {data.get('version')!r}，本库只能读取版本 {ADAPTER_VERSION}")
-    missing = [k for k in ("rank", "alpha", "targets", "base_config", "state") if k not in data]
-    if missing:
-        raise CheckpointError(f"{str(path)!r} 缺少字段 {missing}，文件不完整")
-    try:
-        check_lora_hyperparameters(data["rank"], data["alpha"], 0.0)
-        check_targets(data["targets"])
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{str(path)!r} 里的超参数不对：{exc}") from None
+    problem = _fields_problem(data)
+    if problem:
+        raise CheckpointError(f"{str(path)!r} {problem}")
     return data
 
 
@@ -147,14 +155,10 @@ def check_adapter_fits(model: nn.Module, adapter: dict, name: str = "adapter") -
     见 :func:`quantize_base_for`），张量的名字与形状与 ``model`` 的目标层一一对应。出错时指名是哪一项。"""
     if not isinstance(adapter, dict) or adapter.get("format") != ADAPTER_FORMAT:
         raise TypeError(f"{name} 应是 load_adapter / adapter_from_model 返回的适配器字典，收到 {type(adapter).__name__}")
-    missing = [k for k in ("rank", "alpha", "targets", "base_config", "state") if k not in adapter]
-    if missing:
-        raise ValueError(f"{name} 缺少字段 {missing}")
-    try:
-        check_lora_hyperparameters(adapter["rank"], adapter["alpha"], 0.0)
-        targets = check_targets(adapter["targets"])
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} 的超参数不对：{exc}") from None
+    problem = _fields_problem(adapter)
+    if problem:
+        raise ValueError(f"{name} {problem}")
+    targets = tuple(adapter["targets"])
     if not isinstance(adapter["base_config"], dict) or not isinstance(adapter["state"], dict):
         raise ValueError(f"{name} 的 base_config 与 state 应是字典")
     config = getattr(model, "config", None)
