@@ -81,3 +81,19 @@ def test_measurement_record_names_the_command_the_machine_and_the_elapsed_time()
     assert 2.0 <= record["wall_seconds"] < 60
     assert record["load_average_end"] is None or record["load_average_end"] >= 0
     assert measurement_record("m", [], info, start)["command"] == "python -m m"
+
+
+@pytest.mark.parametrize("module, work", [("tformer_lib.finetune.measure", "measure_finetuning"),
+                                          ("tformer_lib.quant.measure", "measure_quantization"),
+                                          ("tformer_lib.scale.scaling", "scaling_study")])
+def test_every_measurement_cli_refuses_a_bad_out_or_threads_before_measuring(module, work, tmp_path, monkeypatch, capsys):
+    import importlib
+
+    mod = importlib.import_module(module)
+    monkeypatch.setattr(mod, work, lambda *a, **k: pytest.fail("不该开始测量"))
+    (tmp_path / "file.json").write_text("{}")
+    for argv in (["--out", str(tmp_path)], ["--out", str(tmp_path / "file.json" / "x.json")], ["--threads", "0"]):
+        with pytest.raises(SystemExit):
+            mod.main(argv)
+        err = capsys.readouterr().err
+        assert f"python -m {module}" in err and ("--out" in err or "--threads" in err)

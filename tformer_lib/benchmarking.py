@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import math
@@ -46,6 +47,8 @@ __all__ = [
     "ratio_summary",
     "machine_info",
     "measurement_record",
+    "measurement_parser",
+    "parse_measurement_args",
     "benchmark_train_step",
     "benchmark_attention_paths",
     "run_benchmarks",
@@ -197,6 +200,32 @@ def measurement_record(module: str, argv: Sequence[str] | None, machine: Mapping
         "command": shlex.join(["python", "-m", module, *args]),  # 带空格的参数加上引号：复制下来就能重跑
         "wall_seconds": elapsed,
     }
+
+
+def measurement_parser(module: str, description: str) -> argparse.ArgumentParser:
+    """``python -m module`` 这类测量脚本的命令行：``--out``（结果 JSON）与 ``--threads``；各脚本再加自己的参数，
+    然后用 :func:`parse_measurement_args` 解析。"""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    p.add_argument("--out", default=None, help="结果 JSON 的路径（原子写入）；不给就只打印表格")
+    p.add_argument("--threads", type=int, default=1, help="torch 的线程数（默认 1：结果文件记着它）")
+    return p
+
+
+def parse_measurement_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """解析参数，并在花几十分钟测量**之前**确认 ``--threads`` 为正、``--out`` 能写成文件（不行时像 argparse 一样
+    报错退出）；然后设好 torch 的线程数。"""
+    from .training.checkpoint import check_checkpoint_path
+
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads 应为正整数，收到 {args.threads}")
+    if args.out is not None:
+        try:
+            check_checkpoint_path(args.out, "--out")
+        except ValueError as exc:
+            parser.error(str(exc))
+    torch.set_num_threads(args.threads)
+    return args
 
 
 def benchmark_train_step(config: TransformerConfig, batch: int, length: int, rounds: int, *,

@@ -17,13 +17,11 @@
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import torch
 
 from .memory import finetune_memory
 from .lora import trainable_parameters
@@ -105,15 +103,12 @@ def summarize(result: dict) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, measurement_record, save_results
+    from ..benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
     from ..lm import load_poem_model
 
-    p = argparse.ArgumentParser(description="第 17 章：全量微调 vs LoRA vs QLoRA 在一位诗人上的实测")
-    p.add_argument("--out", default=None, help="结果 JSON 的路径（原子写入）；不给就只打印表格")
-    p.add_argument("--threads", type=int, default=1)
+    p = measurement_parser("tformer_lib.finetune.measure", "第 17 章：全量微调 vs LoRA vs QLoRA 在一位诗人上的实测")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = parse_measurement_args(p, argv)  # 测量之前就确认 --out 能写
     info = machine_info()
     start = time.perf_counter()
     base, tokenizer, _ = load_poem_model()

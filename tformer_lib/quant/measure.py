@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import sys
@@ -117,16 +116,13 @@ def measure_quantization(base, tokenizer, data: dict, *, rows=ROWS, n_samples: i
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, measurement_record, save_results
+    from ..benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
     from ..lm import load_poem_model, poem_data
 
-    p = argparse.ArgumentParser(description="量化在随书唐诗模型上的代价：字节、困惑度、体裁正确率、背书率")
-    p.add_argument("--out", default=None, help="结果 JSON 的路径（原子写入）；不给就只打印表格")
-    p.add_argument("--threads", type=int, default=1)
+    p = measurement_parser("tformer_lib.quant.measure", "量化在随书唐诗模型上的代价：字节、困惑度、体裁正确率、背书率")
     p.add_argument("--samples", type=int, default=200, help="作诗的提示数")
     p.add_argument("--eval-poems", type=int, default=None, help="只用留出集的前若干首诗算困惑度（默认全部）")
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = parse_measurement_args(p, argv)  # 测量之前就确认 --out 能写
     info = machine_info()
     start = time.perf_counter()
     model, tokenizer, _ = load_poem_model()

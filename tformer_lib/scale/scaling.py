@@ -16,7 +16,6 @@ Chinchilla 的“每个参数约 20 个词元”是在等算力的扫描上拟�
 
 from __future__ import annotations
 
-import argparse
 import math
 import numbers
 import sys
@@ -24,7 +23,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import torch
 
 from .._checks import positive_int
 from ..lm.config import LMConfig
@@ -174,24 +172,11 @@ def fit_power_law(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float]:
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, measurement_record, save_results
+    from ..benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
 
-    p = argparse.ArgumentParser(prog="python -m tformer_lib.scale.scaling",
-                                description="第 9 章：唐诗模型的缩放实验（5 种大小 × 3 种训练词元数）")
-    p.add_argument("--out", default=None, help="结果 JSON 的路径（原子写入）；不给就只打印表格")
-    p.add_argument("--threads", type=int, default=1, help="torch 的线程数（默认 1：结果文件记着它）")
+    p = measurement_parser("tformer_lib.scale.scaling", "第 9 章：唐诗模型的缩放实验（5 种大小 × 3 种训练词元数）")
     p.add_argument("--seed", type=int, default=0, help="每一格的随机种子（默认 0）")
-    args = p.parse_args(argv)
-    if args.threads < 1:
-        p.error(f"--threads 应为正整数，收到 {args.threads}")
-    if args.out is not None:  # 训练十几分钟之前就确认能写
-        from ..training.checkpoint import check_checkpoint_path
-
-        try:
-            check_checkpoint_path(args.out, "--out")
-        except ValueError as exc:
-            p.error(str(exc))
-    torch.set_num_threads(args.threads)
+    args = parse_measurement_args(p, argv)  # 训练十几分钟之前就确认 --out 能写
     info = machine_info()
     start = time.perf_counter()
     rows = scaling_study(seed=args.seed)
