@@ -148,12 +148,24 @@ def same_dtype(*named: tuple[str, torch.Tensor]) -> None:
             )
 
 
+def _first_parameter(module: torch.nn.Module):
+    """与 ``next(module.parameters(), None)`` 相同（先看自己的参数，再按顺序深入子模块），但不经过生成器与去重集合：
+    它在每层的每次前向里都要调用。"""
+    for param in module._parameters.values():
+        if param is not None:
+            return param
+    for child in module._modules.values():
+        if child is not None and (param := _first_parameter(child)) is not None:
+            return param
+    return None
+
+
 def module_dtype(name: str, x: torch.Tensor, module: torch.nn.Module) -> None:
     """要求输入 ``x`` 的 dtype 与模块参数的 dtype 相同（float64 的输入进 float32 的模块会在深处报错）。
 
     开着 autocast 时不检查：混合精度下输入与参数的 dtype 本来就可以不同。
     """
-    param = next(module.parameters(), None)
+    param = _first_parameter(module)
     if param is None or autocast_enabled(x):
         return
     if not x.dtype.is_floating_point:

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.torch_version import TorchVersion
 
 from ._checks import (
     broadcast_shape,
@@ -27,7 +28,8 @@ from ._checks import (
     tensor_with_dim,
 )
 from .kv_cache import AttentionCache
-from .positional import apply_rope
+from .masks import causal_mask
+from .positional import RopeTables
 
 
 def scaled_dot_product_attention(
@@ -59,6 +61,9 @@ def scaled_dot_product_attention(
     return attended @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
 
 
+_SDPA_HAS_GQA = TorchVersion(torch.__version__) >= "2.5"  # F.scaled_dot_product_attention 的 enable_gqa 从 2.5 起才有
+
+
 def _torch_sdpa(q, k, v, **kwargs) -> torch.Tensor:
     """调用 ``F.scaled_dot_product_attention``；遇到 PyTorch 在 CPU 上的一个已知缺陷时改用数学（math）后端。
 
@@ -79,6 +84,23 @@ def _torch_sdpa(q, k, v, **kwargs) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
+def _sdpa(q, k, v, mask, dropout_p: float = 0.0, causal: bool = False, gqa: bool = False) -> torch.Tensor:
+    """快速路径本身（不做参数检查，调用者已查过）：布尔掩码换成加性掩码，整行被屏蔽的输出置 0。
+
+    ``causal=True``（这时 ``mask`` 为 None）交给 SDPA 的 ``is_causal``，不必造掩码——与等价的加性掩码前向、
+    反向都逐位相同（测试核对）。``gqa=True``：``k``/``v`` 的头少于 ``q``（GQA），交给 SDPA 的 ``enable_gqa``，
+    每组查询头直接读共用的 K/V 头、不复制。
+    """
+    gqa = {"enable_gqa": True} if gqa else {}
+    if mask is None:
+        return _torch_sdpa(q, k, v, dropout_p=dropout_p, is_causal=causal, **gqa)
+    additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
+    additive = additive.masked_fill(~mask, torch.finfo(q.dtype).min)
+    out = _torch_sdpa(q, k, v, attn_mask=additive, dropout_p=dropout_p, **gqa)
+    any_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)：这一行是否至少能看见一个键
+    return out.masked_fill(~any_key, 0.0)  # (..., T_q, d_v)
+
+
 def fast_scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -93,15 +115,10 @@ def fast_scaled_dot_product_attention(
     （被屏蔽处为 ``finfo.min``），再把整行被屏蔽的输出置 0。
     """
     attention_inputs(q, k, v)
-    if mask is None:
-        return _torch_sdpa(q, k, v, dropout_p=dropout_p)
-    score_shape = (*broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
-    bool_mask("mask", mask, score_shape)
-    additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
-    additive = additive.masked_fill(~mask, torch.finfo(q.dtype).min)
-    out = _torch_sdpa(q, k, v, attn_mask=additive, dropout_p=dropout_p)
-    any_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)：这一行是否至少能看见一个键
-    return out.masked_fill(~any_key, 0.0)  # (..., T_q, d_v)
+    if mask is not None:
+        score_shape = (*broadcast_shape(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])
+        bool_mask("mask", mask, score_shape)
+    return _sdpa(q, k, v, mask, dropout_p)
 
 
 class MultiHeadAttention(nn.Module):
@@ -170,20 +187,19 @@ class MultiHeadAttention(nn.Module):
         heads = self.n_heads if n_heads is None else n_heads
         return x.view(batch, length, heads, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
 
-    def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """对 ``(B, h, T, d_k)`` 的每个头做 RoPE；``positions`` 为 ``(T,)``（全批相同）或 ``(B, T)``（每行不同）。"""
-        if positions.dim() == 1:
-            return apply_rope(x, positions, self.rope_base)  # (B, h, T, d_k)
-        batch, heads, length, d_k = x.shape
-        # 每行位置不同：把 (B, T) 摊平成一条长度 B·T 的“序列”，一次旋转完再还原
-        flat = x.transpose(0, 1).reshape(heads, batch * length, d_k)  # (h, B·T, d_k)
-        flat = apply_rope(flat, positions.reshape(-1), self.rope_base)  # (h, B·T, d_k)
-        return flat.view(heads, batch, length, d_k).transpose(0, 1)  # (B, h, T, d_k)
-
-    def _default_positions(self, length: int, cache: AttentionCache | None, device) -> torch.Tensor:
-        """没有给 ``positions`` 时：从已缓存的长度接着数，``(T,)``。"""
-        start = cache.k.shape[2] if cache is not None and cache.k is not None else 0
-        return torch.arange(start, start + length, device=device)  # (T,)
+    def _rope(self, positions, query: torch.Tensor, cache: AttentionCache | None) -> RopeTables:
+        """这一步的 RoPE 表：模型已为各层算好的 :class:`~tformer_lib.positional.RopeTables` 原样用；
+        给的是位置编号 ``(T,)``/``(B, T)`` 就现算；都没给时从已缓存的长度接着数。"""
+        if isinstance(positions, RopeTables):
+            return positions
+        batch, length = query.shape[:2]
+        if positions is None:
+            start = cache.k.shape[2] if cache is not None and cache.k is not None else 0
+            positions = torch.arange(start, start + length, device=query.device)  # (T,)
+        elif not isinstance(positions, torch.Tensor) or tuple(positions.shape) not in ((length,), (batch, length)):
+            raise ValueError(f"positions 的形状应为 ({length},) 或 ({batch}, {length})，"
+                             f"收到 {tuple(getattr(positions, 'shape', ())) or type(positions).__name__}")
+        return RopeTables(positions, self.d_k, self.rope_base)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, h, T, d_k)`` → ``(B, T, d_model)``：split_heads 的逆操作（即“拼接各头”）。"""
@@ -191,11 +207,15 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(batch, length, self.d_model)  # (B, T, h·d_k)
 
     def _check_inputs(self, query, key, value, cache: AttentionCache | None = None) -> None:
-        for name, x in (("query", query), ("key", key), ("value", value)):
+        self_attention = key is query and value is query  # 自注意力：三个是同一个张量，查一次就够
+        for name, x in (("query", query),) if self_attention else (("query", query), ("key", key), ("value", value)):
             tensor_with_dim(name, x, 3, "(B, T, d_model)")
             non_empty_sequence(name, x)
         if query.shape[-1] != self.d_model:
             raise ValueError(f"query 的最后一维是 {query.shape[-1]}，但这一层的 d_model={self.d_model}")
+        module_dtype("query", query, self)
+        if self_attention:
+            return
         if key.shape[-1] != query.shape[-1] or value.shape[-1] != query.shape[-1]:
             raise ValueError(
                 f"query、key、value 的最后一维 d_model 应相同，收到 query {tuple(query.shape)}、"
@@ -207,7 +227,6 @@ class MultiHeadAttention(nn.Module):
             same_batch(("query", query), ("cache.k", cache.k))  # 交叉注意力的 K/V 已在缓存里，key 不再使用
         else:
             same_batch(("query", query), ("key", key))
-        module_dtype("query", query, self)
         if not autocast_enabled(query):  # 混合精度下 dtype 不同是正常的
             same_dtype(("query", query), ("key", key), ("value", value))
 
@@ -218,15 +237,23 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
         cache: AttentionCache | None = None,
-        positions: torch.Tensor | None = None,
+        positions: torch.Tensor | RopeTables | None = None,
+        *,
+        causal: bool = False,
     ) -> torch.Tensor:
         """``query`` ``(B, T_q, d_model)``，``key``/``value`` ``(B, T_k, d_model)`` → ``(B, T_q, d_model)``。
 
         ``mask``：布尔，True = 可以关注，能广播到 ``(B, h, T_q, T_k)``。
+        ``causal=True``：因果掩码（第 i 个查询只看前 i 个键），不必另给 ``mask``；要求 ``T_q = T_k``（缓存为空）。
+        快速路径把它交给 SDPA 的 ``is_causal``，不造 ``(T, T)`` 的掩码；与给 ``mask=causal_mask(T)`` 逐位相同。
         ``cache``：增量解码用的 K/V 缓存（见 :mod:`tformer_lib.kv_cache`）；GQA 时只缓存 ``n_kv_heads`` 个头。
-        ``positions``：只在 ``rope=True`` 时使用，新位置的位置编号 ``(T_q,)`` 或 ``(B, T_q)``。
+        ``positions``：只在 ``rope=True`` 时使用，新位置的位置编号 ``(T_q,)`` 或 ``(B, T_q)``，
+        或模型为各层算好的 :class:`~tformer_lib.positional.RopeTables`。
         """
         self._check_inputs(query, key, value, cache)
+        flag("causal", causal)
+        if causal and mask is not None:
+            raise ValueError("causal=True 时不再另给 mask（两者只能选一个；要与别的掩码合并，请自己造布尔掩码）")
         # 1) 线性投影 Q = X W^Q 等，并拆成多个头（K、V 只有 n_kv_heads 个头）
         q = self.split_heads(self.w_q(query))  # (B, h, T_q, d_k)
         if cache is not None and cache.static and cache.k is not None:
@@ -239,22 +266,29 @@ class MultiHeadAttention(nn.Module):
                     raise ValueError(
                         f"RoPE 只用于自注意力：query 长度 {query.shape[1]} 与 key 长度 {key.shape[1]} 不同"
                     )
-                if positions is None:
-                    positions = self._default_positions(query.shape[1], cache, query.device)
-                q, k = self._rotate(q, positions), self._rotate(k, positions)  # (B, h, T, d_k), (B, h_kv, T, d_k)
+                rope = self._rope(positions, query, cache)
+                q, k = rope.rotate(q), rope.rotate(k)  # (B, h, T, d_k), (B, h_kv, T, d_k)
             if cache is not None:
                 k, v = cache.update(k, v)  # 自注意力：把新位置的 K、V 接在已缓存的后面
-        if self.n_kv_heads != self.n_heads:  # GQA：每个 K/V 头复制给同组的查询头
+        if causal and k.shape[2] != q.shape[2]:
+            raise ValueError(f"causal=True 要求查询与键一样长（缓存为空），收到 T_q={q.shape[2]}、T_k={k.shape[2]}")
+        # GQA：每个 K/V 头由同组的查询头共用。快速路径在推理时让 SDPA 直接按组读（不复制）；
+        # 显式路径与训练时把它复制给同组的查询头（复制的反向把同组的梯度加回一个头）
+        share_kv = self.fast and _SDPA_HAS_GQA and not torch.is_grad_enabled()
+        if self.n_kv_heads != self.n_heads and not share_kv:
             group = self.n_heads // self.n_kv_heads
             k = k.repeat_interleave(group, dim=1)  # (B, h, T_k, d_k)
             v = v.repeat_interleave(group, dim=1)  # (B, h, T_k, d_k)
         # 2) 每个头各自做一次缩放点积注意力
         if self.fast:
-            out = fast_scaled_dot_product_attention(
-                q, k, v, mask, dropout_p=self.dropout.p if self.training else 0.0
-            )  # (B, h, T_q, d_k)
+            if mask is not None:
+                bool_mask("mask", mask, (*q.shape[:-1], k.shape[-2]))  # 分数的形状 (B, h, T_q, T_k)
+            dropout_p = self.dropout.p if self.training else 0.0
+            out = _sdpa(q, k, v, mask, dropout_p, causal, gqa=k.shape[1] != q.shape[1])  # (B, h, T_q, d_k)
             self.attn_weights = None
         else:
+            if causal:
+                mask = causal_mask(q.shape[2], device=q.device)  # (T, T)
             out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)  # (B, h, T_q, d_k)
             self.attn_weights = weights.detach()  # (B, h, T_q, T_k)
         # 3) 拼接各头，再用 W^O 做一次线性变换

@@ -112,15 +112,17 @@ def lm_activation_bytes(
     * ``linear_inputs``：每块送进 W^Q/W^K/W^V（共用一份）与 W_1 的输入、再加输出层的输入，各 ``(B, T, d)``；
     * ``attention``：显式路径即 :func:`~tformer_lib.costs.attention_memory` 的六项——q、k、v、softmax 输出
       ``(B, h, T, T)``、掩码置零后的权重（与分数同形）、拼接后的输出——再加两个 ``(T, T)`` 布尔掩码；
-      快速路径（SDPA）不存 ``(B, h, T, T)``，只存 q、k、v、输出、拼接结果、每行的 logsumexp ``(B, h, T)``、
-      加性掩码 ``(T, T)`` 与 ``(T, 1)`` 的布尔行标记；RoPE 另存每次旋转的 cos、sin；
+      快速路径（SDPA）不存 ``(B, h, T, T)``，只存 q、k、v、输出、拼接结果、每行的 logsumexp ``(B, h, T)``
+      （因果掩码交给 SDPA 的 ``is_causal``，不造掩码张量）。SDPA 的输出沿用 q 的内存布局：没有 RoPE 时 q 是
+      ``(B, T, h, d_k)`` 的转置视图，输出换回 ``(B, T, d)`` 不必复制，拼接结果与输出共用一份存储；RoPE 旋转出的
+      q 是连续的 ``(B, h, T, d_k)``，拼接要复制一份（测试实测）；
+    * ``rope``：RoPE 的 cos、sin 表 ``(T, d_k/2)`` 各一份——各层的 q、k 共用同一张表，只存一次；
     * ``ffn``：ReLU 存 1 份 ``(B, T, d_ff)``，GELU 2 份（输入与输出），SwiGLU 4 份；
     * ``loss``：log_softmax 的输出 ``(B·T, V)`` float32、目标 ``(B·T,)`` int64 与一个标量。
 
     ``checkpointing=True``（激活重算，:meth:`~tformer_lib.lm.DecoderOnlyLM.set_activation_checkpointing`）时，
-    块内的四项都不再保存，每块只存它的输入 ``(B, T, d)``（``block_inputs``），各块共用的因果掩码 ``(T, T)``
-    （RoPE 时还有位置 ``(T,)``）只存一次；反向时一次重算一块，所以峰值再加一块的量 ``"recompute_peak"``
-    （= ``"per_block"``，不计入 ``"total"``）。
+    块内的四项都不再保存，每块只存它的输入 ``(B, T, d)``（``block_inputs``）；反向时一次重算一块，
+    所以峰值再加一块的量 ``"recompute_peak"``（= ``"per_block"``，不计入 ``"total"``）。
 
     前提：dropout 为 0（否则还要存随机掩码）、输入是连续张量。分组查询注意力（GQA，``n_kv_heads`` < h）
     的激活与普通多头注意力相同：本书的注意力在打分前把每个 K/V 头复制给同组的查询头（``repeat_interleave``），
@@ -145,12 +147,11 @@ def lm_activation_bytes(
     block_norms = 2 * _norm_bytes(c.norm, btd, bt, e)
     block_inputs = 2 * btd * e  # 归一化后送进 W^Q/W^K/W^V 与 W_1 的输入
     if c.fast_attention:
-        attn = 5 * btd * e + B * c.n_heads * T * _FP32 + T * T * e + T * _BOOL  # q,k,v,输出,拼接 + lse + 掩码
+        # q、k、v、输出、拼接 + lse；没有 RoPE 时输出与拼接共用一份存储（见文档字符串）
+        attn = (5 if c.positional == "rope" else 4) * btd * e + B * c.n_heads * T * _FP32
     else:
         parts = attention_memory(B, T, T, c.d_model, c.n_heads, e)
         attn = sum(parts.values()) + 2 * T * T * _BOOL  # 两处 ~mask
-    if c.positional == "rope":
-        attn += 2 * 2 * T * (c.d_k // 2) * e  # q、k 各旋转一次，每次存 cos、sin (T, d_k/2)
     ffn = _FFN_SAVED_COPIES[c.activation] * bt * c.d_ff * e
     per_block = {"norms": block_norms, "linear_inputs": block_inputs, "attention": attn, "ffn": ffn}
     final_norm = _norm_bytes(c.norm, btd, bt, e) if c.norm_first else 0
@@ -162,10 +163,10 @@ def lm_activation_bytes(
         "attention": kept * attn,
         "ffn": kept * ffn,
         "loss": bt * c.vocab_size * _FP32 + bt * _INT64 + _FP32,
+        "rope": 2 * T * (c.d_k // 2) * e if c.positional == "rope" else 0,  # cos、sin 各 (T, d_k/2)，各层共用
     }
     if checkpointing:
-        shared = T * T * _BOOL + (T * _INT64 if c.positional == "rope" else 0)  # 因果掩码（与 RoPE 位置）
-        out["block_inputs"] = c.n_layers * btd * e + shared
+        out["block_inputs"] = c.n_layers * btd * e
     out["total"] = sum(out.values())
     out["per_block"] = sum(per_block.values())
     if checkpointing:

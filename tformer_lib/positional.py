@@ -95,6 +95,23 @@ class NoPositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
+def rope_angles(positions: torch.Tensor, d: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""RoPE 的旋转角 :math:`\mathrm{pos}\cdot θ_i` 的 cos 与 sin，在 float64 里算：``positions`` ``(...)`` → 各 ``(..., d/2)``。
+
+    :math:`θ_i = base^{-2i/d}`；float64 让大位置（几千、几万）的角度也准确，用的时候再转成 q、k 的 dtype。
+    """
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=positions.device) / d)  # (d/2,)
+    angle = positions.to(torch.float64)[..., None] * theta  # (..., d/2)
+    return angle.cos(), angle.sin()
+
+
+def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """把 ``x`` ``(..., T, d)`` 的第 i 维与第 i + d/2 维配成一对，按角度旋转；``cos``/``sin`` 能广播到 ``(..., T, d/2)``。"""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]  # 各 (..., T, d/2)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, d)
+
+
 def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
     r"""旋转位置编码 RoPE：把最后一维的第 i 维与第 i + d/2 维配成一对，按 ``pos·θ_i`` 旋转。
 
@@ -111,11 +128,37 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
         positions = torch.arange(length, device=x.device)
     if positions.shape != (length,):
         raise ValueError(f"positions 的形状应是 ({length},)，收到 {tuple(positions.shape)}")
-    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)  # (d/2,)
-    angle = positions.to(torch.float64)[:, None] * theta[None, :]  # (T, d/2)
-    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2 :]  # 各 (..., T, d/2)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, d)
+    cos, sin = rope_angles(positions, d, base)  # 各 (T, d/2)
+    return rotate_pairs(x, cos.to(x.dtype), sin.to(x.dtype))  # (..., T, d)
+
+
+class RopeTables:
+    """一次前向里各层共用的 RoPE 表：角度只算一次，每种 dtype 只转换一次。
+
+    ``positions`` 为 ``(T,)``（全批相同）时表是 ``(T, d/2)``，为 ``(B, T)``（每行不同，如左填充的批）时是
+    ``(B, 1, T, d/2)``：两者都能广播到注意力里 q、k 的形状 ``(B, h, T, d)``。:meth:`rotate` 与逐层调用
+    :func:`apply_rope` 逐位相同（测试核对），只是不必每层、每个 q 与 k 都重算一遍三角函数。
+    """
+
+    def __init__(self, positions: torch.Tensor, d: int, base: float = 10000.0):
+        if not isinstance(positions, torch.Tensor) or positions.dim() not in (1, 2):
+            raise ValueError(f"positions 应是形状为 (T,) 或 (B, T) 的整数张量，收到 {getattr(positions, 'shape', type(positions))}")
+        if isinstance(d, bool) or not isinstance(d, int) or d <= 0 or d % 2:
+            raise ValueError(f"d 应是正的偶数（每头维度），收到 {d!r}")
+        cos, sin = rope_angles(positions, d, base)  # (T, d/2) 或 (B, T, d/2)
+        if positions.dim() == 2:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, d/2)：所有头共用
+        self.length, self.d = positions.shape[-1], d
+        self._by_dtype = {torch.float64: (cos, sin)}
+
+    def rotate(self, x: torch.Tensor) -> torch.Tensor:
+        """旋转 ``x`` ``(B, h, T, d)``（或能与表广播的形状），返回同形状。"""
+        if x.shape[-2] != self.length or x.shape[-1] != self.d:
+            raise ValueError(f"x 的最后两维应是 (T={self.length}, d={self.d})，收到 {tuple(x.shape)}")
+        if x.dtype not in self._by_dtype:
+            cos, sin = self._by_dtype[torch.float64]
+            self._by_dtype[x.dtype] = (cos.to(x.dtype), sin.to(x.dtype))
+        return rotate_pairs(x, *self._by_dtype[x.dtype])  # (..., T, d)
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

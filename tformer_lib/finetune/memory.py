@@ -26,7 +26,7 @@ LORA_TARGETS = ("w_q", "w_k", "w_v", "w_o", "w_1", "w_2", "w_3")
 #: :func:`finetune_memory` 的三种方法
 FINETUNE_METHODS = ("full", "lora", "qlora")
 
-_FP32, _INT64, _BOOL = 4, 8, 1  # 均值/1/标准差、lse 是 float32；目标是 int64；掩码行标记是 bool
+_FP32, _INT64 = 4, 8  # 均值/1/标准差、lse 是 float32；目标是 int64
 _ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")  # 与 lm_activation_bytes 覆盖的相同
 
 
@@ -91,8 +91,9 @@ def lora_activation_bytes(config, batch: int, length: int, targets=("w_q", "w_v"
         raise ValueError(f"公式覆盖的激活函数是 {_ACTIVATIONS}，收到 activation={config.activation!r}")
     c, e, B, T = config, bytes_per_element, batch, length
     bt, btd, btf = B * T, B * T * c.d_model, B * T * c.d_ff
-    rope_one = 2 * T * (c.d_k // 2) * e  # 一次旋转存的 cos、sin
-    core = 4 * btd * e + B * c.n_heads * T * _FP32 + T * T * e + T * _BOOL  # SDPA：q、k、v、输出 + lse + 掩码
+    rope_tables = 2 * T * (c.d_k // 2) * e  # RoPE 的 cos、sin 表：各层共用，只存一次
+    core = 4 * btd * e + B * c.n_heads * T * _FP32  # SDPA：q、k、v、输出 + lse（因果掩码交给 is_causal，不存）
+    rope_saved = False
     has = {t: t in chosen for t in LORA_TARGETS}
     ffn_in = has["w_1"] or has["w_3"]
     parts = dict.fromkeys(("norms", "linear_inputs", "attention", "ffn", "lora"), 0)
@@ -101,9 +102,13 @@ def lora_activation_bytes(config, batch: int, length: int, targets=("w_q", "w_v"
         parts["norms"] += _norm(c.norm, btd, bt, e, stream)
         q, k, v = stream or has["w_q"], stream or has["w_k"], stream or has["w_v"]
         parts["linear_inputs"] += btd * e * (has["w_q"] or has["w_k"] or has["w_v"])
-        attention = (core if (q or k or v) else 0) + btd * e * has["w_o"]  # 拼接后的输出只给 W^O 的支路用
-        if c.positional == "rope":
-            attention += rope_one * (q + k)
+        # 拼接后的输出只给 W^O 的支路用；没有 RoPE 时它与 SDPA 的输出共用存储（见 lm_activation_bytes），
+        # SDPA 自己存了输出（q、k、v 要梯度）就不另占
+        saves_output = q or k or v
+        concat = has["w_o"] and (c.positional == "rope" or not saves_output)
+        attention = (core if saves_output else 0) + btd * e * concat
+        if c.positional == "rope" and (q or k) and not rope_saved:
+            attention, rope_saved = attention + rope_tables, True
         parts["attention"] += attention
         stream = stream or q or k or v or has["w_o"]
         parts["norms"] += _norm(c.norm, btd, bt, e, stream)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..positional import RopeTables
 from .static_cache import StaticKVCache
 
 __all__ = ["static_positions_and_mask", "static_forward"]
@@ -37,7 +38,8 @@ def static_forward(model, cache: StaticKVCache, tokens: torch.Tensor, slots: tor
     positions, mask = static_positions_and_mask(slots, pads, cache.max_len)  # (B, T), (B, 1, T, L)
     cache.slots = slots
     x = model.embed(tokens, positions)  # (B, T, d_model)
-    rope_positions = positions if model.config.positional == "rope" else None
+    c = model.config
+    rope = RopeTables(positions, c.d_k, c.rope_base) if c.positional == "rope" else None  # 各层共用的旋转表
     for block, layer_cache in zip(model.blocks, cache.layers):
-        x = block(x, mask, layer_cache, rope_positions)  # (B, T, d_model)
+        x = block(x, mask, layer_cache, rope)  # (B, T, d_model)
     return model.lm_head(model.norm(x))  # (B, T, V)

@@ -18,7 +18,7 @@ from ..feedforward import PositionwiseFeedForward
 from ..layers import ResidualNorm
 from ..masks import combine_masks
 from ..norms import make_norm
-from ..positional import sinusoidal_positional_encoding
+from ..positional import RopeTables, sinusoidal_positional_encoding
 from .cache import LMCache
 from .config import LMConfig
 
@@ -37,8 +37,9 @@ class DecoderOnlyBlock(nn.Module):
         self.residual_attn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
         self.residual_ffn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
 
-    def forward(self, x, mask, cache=None, positions=None) -> torch.Tensor:
-        x = self.residual_attn(x, lambda h: self.self_attn(h, h, h, mask, cache, positions))  # (B, T, d_model)
+    def forward(self, x, mask, cache=None, positions=None, causal=False) -> torch.Tensor:
+        attend = lambda h: self.self_attn(h, h, h, mask, cache, positions, causal=causal)  # noqa: E731
+        x = self.residual_attn(x, attend)  # (B, T, d_model)
         return self.residual_ffn(x, self.feed_forward)  # (B, T, d_model)
 
 
@@ -112,6 +113,23 @@ class DecoderOnlyLM(nn.Module):
             )
         return positions
 
+    @staticmethod
+    def _mask(attn_mask, start: int, length: int, device) -> tuple[torch.Tensor | None, bool]:
+        """各层共用的 ``(mask, causal)``：只在需要时造布尔掩码。
+
+        - 没有 ``attn_mask``、缓存为空：``causal=True``，交给注意力自己的因果路径（不造 ``(T, T)`` 的掩码）；
+        - 没有 ``attn_mask``、只有一个新词元：它看得见全部已缓存的位置，不需要掩码；
+        - 其余：第 i 个新词元看得见 ≤ start+i 的位置，再与 ``attn_mask`` 取“与”。
+        """
+        if attn_mask is None and start == 0:
+            return None, True
+        if length == 1:  # 因果掩码全为 True：与它取“与”不改变 attn_mask
+            return attn_mask, False
+        # 只造需要的那 T 行（与 causal_mask(start+T)[start:] 相同，不必先造 T_k×T_k）
+        rows = torch.arange(start, start + length, device=device)[:, None]  # (T, 1)
+        mask = torch.arange(start + length, device=device)[None, :] <= rows  # (T, T_k)
+        return (mask if attn_mask is None else combine_masks(attn_mask, mask)), False
+
     def forward(
         self,
         tokens: torch.Tensor,
@@ -136,24 +154,17 @@ class DecoderOnlyLM(nn.Module):
         positions = self._positions(tokens, start, positions)  # (T,) 或 (B, T)
         if attn_mask is not None:
             bool_mask("attn_mask", attn_mask, (tokens.shape[0], self.config.n_heads, length, start + length))
-        if attn_mask is not None and length == 1:
-            mask = attn_mask  # 只有一个新词元时因果掩码全为 True，与它取“与”不改变 attn_mask
-        else:
-            # 只造需要的那 T 行：第 i 个新词元看得见 ≤ start+i（与 causal_mask(start+T)[start:] 相同，不必先造 T_k×T_k）
-            rows = torch.arange(start, start + length, device=tokens.device)[:, None]  # (T, 1)
-            mask = torch.arange(start + length, device=tokens.device)[None, :] <= rows  # (T, T_k)
-            if attn_mask is not None:
-                mask = combine_masks(attn_mask, mask)  # 与因果掩码取“与”
-        # 1) 词嵌入 + 位置（RoPE 不加在这里，而是在每个注意力里旋转 q、k）
+        mask, causal = self._mask(attn_mask, start, length, tokens.device)
+        # 1) 词嵌入 + 位置（RoPE 不加在这里，而是在每个注意力里旋转 q、k；旋转用的表各层共用，只算一次）
         x = self.embed(tokens, positions)  # (B, T, d_model)
+        rope = RopeTables(positions, self.config.d_k, self.config.rope_base) if self.config.positional == "rope" else None
         # 2) N 个因果块
-        rope_positions = positions if self.config.positional == "rope" else None
         recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
             if recompute:  # 激活重算：块内的中间结果不保存，反向时再算一遍前向
-                x = checkpoint(block, x, mask, None, rope_positions, use_reentrant=False)  # (B, T, d_model)
+                x = checkpoint(block, x, mask, None, rope, causal, use_reentrant=False)  # (B, T, d_model)
             else:
-                x = block(x, mask, cache.layers[i] if cache is not None else None, rope_positions)  # (B, T, d_model)
+                x = block(x, mask, cache.layers[i] if cache is not None else None, rope, causal)  # (B, T, d_model)
         if cache is not None:
             cache.length += length
         # 3) 末层归一化 + 输出层

@@ -1,0 +1,105 @@
+"""一次前向里各层共用的东西与逐层现算的结果逐位相同：RoPE 表（RopeTables）、因果路径（causal=True / is_causal）、
+推理时不复制 K/V 的分组查询注意力（enable_gqa）。这些都是为速度做的改动，不能改变任何一个数。"""
+
+import pytest
+import torch
+
+from tformer_lib import MultiHeadAttention, apply_rope, causal_mask
+from tformer_lib.lm import LMConfig, make_lm
+from tformer_lib.positional import RopeTables
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rope_tables_rotate_exactly_like_apply_rope(dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 9, 16, generator=g).to(dtype)  # (B, h, T, d)
+    positions = torch.randint(0, 5000, (9,), generator=g)
+    tables = RopeTables(positions, 16, base=500000.0)
+    assert torch.equal(tables.rotate(x), apply_rope(x, positions, base=500000.0))
+    assert torch.equal(tables.rotate(x[:1]), apply_rope(x[:1], positions, base=500000.0))  # 第二种用法复用同一张表
+    per_row = torch.randint(0, 5000, (3, 9), generator=g)  # 每行不同的位置（左填充的批）
+    rotated = RopeTables(per_row, 16, base=500000.0).rotate(x)
+    for b in range(3):
+        assert torch.equal(rotated[b], apply_rope(x[b], per_row[b], base=500000.0))
+
+
+def test_rope_tables_refuse_bad_input():
+    with pytest.raises(ValueError, match="positions"):
+        RopeTables(torch.zeros(2, 3, 4, dtype=torch.long), 8)
+    with pytest.raises(ValueError, match="偶数"):
+        RopeTables(torch.arange(4), 7)
+    with pytest.raises(ValueError, match="最后两维"):
+        RopeTables(torch.arange(4), 8).rotate(torch.randn(1, 2, 5, 8))
+
+
+def _attention(fast, n_kv_heads, rope, seed=0):
+    torch.manual_seed(seed)
+    return MultiHeadAttention(32, 4, fast=fast, n_kv_heads=n_kv_heads, rope=rope).double()
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("n_kv_heads,rope", [(4, False), (2, True), (1, True)])
+def test_causal_flag_equals_the_causal_mask_bit_for_bit_forward_and_backward(fast, n_kv_heads, rope):
+    attn = _attention(fast, n_kv_heads, rope)
+    x = torch.randn(2, 11, 32, dtype=torch.float64, requires_grad=True)
+    grads = []
+    outs = []
+    for kwargs in ({"mask": causal_mask(11)}, {"causal": True}):
+        out = attn(x, x, x, **kwargs)
+        outs.append(out)
+        grads.append(torch.autograd.grad(out.sum(), (x, *attn.parameters())))
+    assert torch.equal(outs[0], outs[1])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+    if not fast:  # 显式路径的权重也一样：被屏蔽处恰好为 0
+        assert torch.all(attn.attn_weights.triu(1) == 0)
+
+
+def test_causal_flag_refuses_a_mask_or_a_filled_cache():
+    from tformer_lib.kv_cache import AttentionCache
+
+    attn = _attention(True, 4, False)
+    x = torch.randn(1, 3, 32, dtype=torch.float64)
+    with pytest.raises(ValueError, match="causal=True"):
+        attn(x, x, x, causal_mask(3), causal=True)
+    cache = AttentionCache()
+    attn(x, x, x, causal=True, cache=cache)
+    with pytest.raises(ValueError, match="T_q=3、T_k=6"):
+        attn(x, x, x, causal=True, cache=cache)
+
+
+@pytest.mark.parametrize("n_kv_heads", [1, 2])
+def test_inference_reads_shared_kv_heads_without_copies_and_gives_the_same_numbers(n_kv_heads):
+    """不求梯度时快速路径把分组交给 SDPA（enable_gqa）；结果与复制 K/V 的训练路径逐位相同。"""
+    attn = _attention(True, n_kv_heads, True).float()
+    x = torch.randn(2, 7, 32)
+    mask = torch.rand(2, 1, 7, 7) > 0.3
+    for kwargs in ({"causal": True}, {"mask": mask}, {}):
+        copied = attn(x, x, x, **kwargs)  # 求梯度：复制 K/V
+        with torch.no_grad():
+            shared = attn(x, x, x, **kwargs)
+        assert torch.equal(copied.detach(), shared)
+
+
+def test_fast_attention_still_names_a_bad_mask():
+    attn = _attention(True, 2, False)
+    x = torch.randn(2, 5, 32, dtype=torch.float64)
+    with pytest.raises(ValueError, match="mask 的形状"):
+        attn(x, x, x, torch.ones(3, 5, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="torch.bool"):
+        attn(x, x, x, torch.ones(5, 5))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("positional,n_kv_heads", [("rope", 2), ("learned", 4)])
+def test_language_model_causal_path_equals_the_mask_path(fast, positional, n_kv_heads):
+    """没有 attn_mask 时模型走因果路径；给一个全 True 的 attn_mask 就走布尔掩码的路径：logits 与梯度逐位相同。"""
+    torch.manual_seed(0)
+    model = make_lm(LMConfig(60, d_model=32, n_heads=4, n_kv_heads=n_kv_heads, n_layers=2, d_ff=48, max_len=24,
+                             positional=positional, fast_attention=fast, norm="rms", activation="swiglu"))
+    tokens = torch.randint(3, 60, (3, 17))
+    results = []
+    for attn_mask in (None, torch.ones(3, 1, 1, 17, dtype=torch.bool)):
+        logits = model(tokens, attn_mask=attn_mask)
+        results.append((logits, torch.autograd.grad(logits.square().mean(), list(model.parameters()))))
+    assert torch.equal(results[0][0], results[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1]))
