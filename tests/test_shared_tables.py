@@ -103,3 +103,15 @@ def test_language_model_causal_path_equals_the_mask_path(fast, positional, n_kv_
         results.append((logits, torch.autograd.grad(logits.square().mean(), list(model.parameters()))))
     assert torch.equal(results[0][0], results[1][0])
     assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1]))
+
+
+def test_same_tensor_for_query_key_value_still_checks_the_cross_attention_cache_batch():
+    """自注意力的捷径（三个是同一个张量时只查一次）不能跳过“已缓存的编码器 K/V 与 query 同批”的检查。"""
+    from tformer_lib.kv_cache import AttentionCache
+
+    attn = _attention(True, 4, False).float()
+    memory, cache = torch.randn(2, 7, 32), AttentionCache(static=True)
+    attn(torch.randn(2, 3, 32), memory, memory, cache=cache)
+    q = torch.randn(1, 3, 32)
+    with pytest.raises(ValueError, match="cache.k 的批大小是 2"):
+        attn(q, q, q, cache=cache)

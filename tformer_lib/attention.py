@@ -214,6 +214,8 @@ class MultiHeadAttention(nn.Module):
         if query.shape[-1] != self.d_model:
             raise ValueError(f"query 的最后一维是 {query.shape[-1]}，但这一层的 d_model={self.d_model}")
         module_dtype("query", query, self)
+        if cache is not None and cache.static and cache.k is not None:
+            same_batch(("query", query), ("cache.k", cache.k))  # 交叉注意力的 K/V 已在缓存里，key 不再使用
         if self_attention:
             return
         if key.shape[-1] != query.shape[-1] or value.shape[-1] != query.shape[-1]:
@@ -223,9 +225,7 @@ class MultiHeadAttention(nn.Module):
             )
         if key.shape[:2] != value.shape[:2]:
             raise ValueError(f"key 与 value 的 (B, T_k) 应相同，收到 {tuple(key.shape)} 与 {tuple(value.shape)}")
-        if cache is not None and cache.static and cache.k is not None:
-            same_batch(("query", query), ("cache.k", cache.k))  # 交叉注意力的 K/V 已在缓存里，key 不再使用
-        else:
+        if cache is None or not cache.static or cache.k is None:
             same_batch(("query", query), ("key", key))
         if not autocast_enabled(query):  # 混合精度下 dtype 不同是正常的
             same_dtype(("query", query), ("key", key), ("value", value))
