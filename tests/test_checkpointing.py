@@ -53,9 +53,24 @@ def test_checkpointing_saves_the_block_activations_on_the_poem_model(fast):
     formula = lm_activation_bytes(config, 4, 128, checkpointing=True)
     assert kept == formula["total"]
     assert full - kept == lm_activation_bytes(config, 4, 128)["total"] - formula["total"]
-    # 省下的正是 N 块的块内激活，减去每块留下的输入与共用的掩码
+    # 省下的正是 N 块的块内激活，减去每块留下的输入
     assert full - kept == config.n_layers * formula["per_block"] - formula["block_inputs"]
     assert kept < full
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("positional", ["rope", "learned"])
+def test_checkpointing_formula_matches_autograd_for_rope_and_learned_positions(fast, positional):
+    # RoPE 的 cos/sin 表不重算时各层共用、存一次；重算时随块内的激活一起不存（公式里 "rope" 为 0）
+    config = LMConfig(50, d_model=24, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=40, max_len=16, norm="rms",
+                      activation="swiglu", positional=positional, fast_attention=fast, tie_embeddings=False)
+    model = make_lm(config).train()
+    tokens, targets = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 7))
+    for checkpointing in (False, True):
+        model.set_activation_checkpointing(checkpointing)
+        formula = lm_activation_bytes(config, 3, 7, checkpointing=checkpointing)
+        assert measure_activation_bytes(model, tokens, targets) == formula["total"]
+        assert (formula["rope"] > 0) == (positional == "rope" and not checkpointing)
 
 
 def test_checkpointing_does_not_change_inference_or_generation():

@@ -30,6 +30,54 @@ def test_rope_tables_refuse_bad_input():
         RopeTables(torch.arange(4), 7)
     with pytest.raises(ValueError, match="最后两维"):
         RopeTables(torch.arange(4), 8).rotate(torch.randn(1, 2, 5, 8))
+    per_row = RopeTables(torch.arange(8).view(2, 4), 8)  # (B=2, T=4)
+    for x in (torch.randn(1, 2, 4, 8), torch.randn(3, 2, 4, 8), torch.randn(2, 4, 8)):  # 能广播，但批不对
+        with pytest.raises(ValueError, match="B=2"):
+            per_row.rotate(x)
+    with pytest.raises(ValueError, match="浮点"):
+        RopeTables(torch.arange(4), 8).rotate(torch.ones(1, 2, 4, 8, dtype=torch.long))
+    for positions in (torch.ones(4, dtype=torch.bool), torch.ones(4, dtype=torch.complex64), [0, 1, 2, 3]):
+        with pytest.raises((TypeError, ValueError), match="positions"):
+            RopeTables(positions, 8)
+    with pytest.raises(ValueError, match="base"):
+        RopeTables(torch.arange(4), 8, base="10000")
+
+
+def test_rope_building_blocks_name_their_bad_arguments():
+    from tformer_lib.positional import rope_angles, rotate_pairs
+
+    with pytest.raises(TypeError, match="positions"):
+        rope_angles(torch.ones(3, dtype=torch.bool), 8)
+    with pytest.raises(ValueError, match="d 应是正的偶数"):
+        rope_angles(torch.arange(3), 7)
+    with pytest.raises(ValueError, match="base"):
+        rope_angles(torch.arange(3), 8, base=0.0)
+    cos, sin = rope_angles(torch.arange(3), 8)  # 各 (3, 4)
+    with pytest.raises(ValueError, match="x 应是"):
+        rotate_pairs(torch.ones(3, 8, dtype=torch.long), cos, sin)
+    with pytest.raises(ValueError, match="cos 应能广播"):
+        rotate_pairs(torch.randn(5, 8), cos, sin)  # T 不同
+    with pytest.raises(ValueError, match="cos 应能广播"):
+        rotate_pairs(torch.randn(3, 8), cos[None].expand(2, 3, 4), sin)  # 能广播，但会把结果变大
+    with pytest.raises(ValueError, match="positions"):
+        apply_rope(torch.randn(3, 8), [0, 1, 2])
+    # 分数位置（位置插值）与整数位置用同一个公式：位置 2.0 与整数 2 的角度相同
+    assert torch.equal(rope_angles(torch.tensor([2.0]), 8)[0], rope_angles(torch.tensor([2]), 8)[0])
+
+
+def test_attention_refuses_a_rope_table_built_for_another_layer():
+    attn = _attention(True, 2, True)
+    x = torch.randn(2, 5, 32, dtype=torch.float64)
+    for tables, match in ((RopeTables(torch.arange(5), 8, base=500000.0), "base"),
+                          (RopeTables(torch.arange(4), 8), "T=4"),
+                          (RopeTables(torch.arange(5), 16), "d=16"),
+                          (RopeTables(torch.arange(15).view(3, 5), 8), "批大小 3")):
+        with pytest.raises(ValueError, match=f"positions.*{match}"):
+            attn(x, x, x, positions=tables)
+    with pytest.raises(ValueError, match="rope_base"):
+        MultiHeadAttention(32, 4, rope=True, rope_base="1e4")
+    with pytest.raises(ValueError, match="rope_base"):
+        LMConfig(60, positional="rope", rope_base=float("inf"))
 
 
 def _attention(fast, n_kv_heads, rope, seed=0):
@@ -65,6 +113,19 @@ def test_causal_flag_refuses_a_mask_or_a_filled_cache():
     attn(x, x, x, causal=True, cache=cache)
     with pytest.raises(ValueError, match="T_q=3、T_k=6"):
         attn(x, x, x, causal=True, cache=cache)
+    assert cache.k.shape[2] == 3  # 出错的那一步没有写进缓存
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_bad_mask_leaves_the_cache_as_it_was(fast):
+    from tformer_lib.kv_cache import AttentionCache
+
+    attn, cache = _attention(fast, 2, True), AttentionCache()
+    x = torch.randn(1, 4, 32, dtype=torch.float64)
+    attn(x, x, x, causal=True, cache=cache)
+    with pytest.raises(ValueError, match="mask 的形状"):
+        attn(x[:, :1], x[:, :1], x[:, :1], torch.ones(1, 1, 1, 4, dtype=torch.bool), cache=cache)  # 应是 T_k=5
+    assert cache.k.shape[2] == 4
 
 
 @pytest.mark.parametrize("n_kv_heads", [1, 2])

@@ -19,6 +19,7 @@ from ._checks import (
     autocast_enabled,
     bool_mask,
     dropout_rate,
+    finite_positive,
     flag,
     module_dtype,
     non_empty_sequence,
@@ -88,7 +89,7 @@ def _sdpa(q, k, v, mask, dropout_p: float = 0.0, causal: bool = False, gqa: bool
     """快速路径本身（不做参数检查，调用者已查过）：布尔掩码换成加性掩码，整行被屏蔽的输出置 0。
 
     ``causal=True``（这时 ``mask`` 为 None）交给 SDPA 的 ``is_causal``，不必造掩码——与等价的加性掩码前向、
-    反向都逐位相同（测试核对）。``gqa=True``：``k``/``v`` 的头少于 ``q``（GQA），交给 SDPA 的 ``enable_gqa``，
+    反向都逐位相同（CPU 上测试核对）。``gqa=True``：``k``/``v`` 的头少于 ``q``（GQA），交给 SDPA 的 ``enable_gqa``，
     每组查询头直接读共用的 K/V 头、不复制。
     """
     gqa = {"enable_gqa": True} if gqa else {}
@@ -169,7 +170,7 @@ class MultiHeadAttention(nn.Module):
         if rope and self.d_k % 2 != 0:
             raise ValueError(f"RoPE 要求每头维度 d_k 为偶数，收到 d_k={self.d_k}（d_model={d_model}, n_heads={n_heads}）")
         self.n_kv_heads = n_kv_heads
-        self.rope, self.rope_base = bool(rope), float(rope_base)
+        self.rope, self.rope_base = flag("rope", rope), finite_positive("rope_base", rope_base)
         self.w_q = nn.Linear(d_model, d_model, bias=qkv_bias)
         self.w_k = nn.Linear(d_model, n_kv_heads * self.d_k, bias=qkv_bias)  # GQA 时比 d_model 窄
         self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=qkv_bias)
@@ -190,9 +191,15 @@ class MultiHeadAttention(nn.Module):
     def _rope(self, positions, query: torch.Tensor, cache: AttentionCache | None) -> RopeTables:
         """这一步的 RoPE 表：模型已为各层算好的 :class:`~tformer_lib.positional.RopeTables` 原样用；
         给的是位置编号 ``(T,)``/``(B, T)`` 就现算；都没给时从已缓存的长度接着数。"""
-        if isinstance(positions, RopeTables):
-            return positions
         batch, length = query.shape[:2]
+        if isinstance(positions, RopeTables):
+            if (positions.length, positions.d, positions.base) != (length, self.d_k, self.rope_base):
+                raise ValueError(
+                    f"positions 这张 RopeTables 按 (T={positions.length}, d={positions.d}, base={positions.base}) 建成，"
+                    f"这一层需要 (T={length}, d={self.d_k}, base={self.rope_base})")
+            if positions.batch not in (None, batch):
+                raise ValueError(f"positions 这张 RopeTables 按批大小 {positions.batch} 建成，query 的批大小是 {batch}")
+            return positions
         if positions is None:
             start = cache.k.shape[2] if cache is not None and cache.k is not None else 0
             positions = torch.arange(start, start + length, device=query.device)  # (T,)
@@ -245,15 +252,21 @@ class MultiHeadAttention(nn.Module):
 
         ``mask``：布尔，True = 可以关注，能广播到 ``(B, h, T_q, T_k)``。
         ``causal=True``：因果掩码（第 i 个查询只看前 i 个键），不必另给 ``mask``；要求 ``T_q = T_k``（缓存为空）。
-        快速路径把它交给 SDPA 的 ``is_causal``，不造 ``(T, T)`` 的掩码；与给 ``mask=causal_mask(T)`` 逐位相同。
+        快速路径把它交给 SDPA 的 ``is_causal``，不造 ``(T, T)`` 的掩码；与给 ``mask=causal_mask(T)`` 逐位相同（CPU 上测试核对）。
         ``cache``：增量解码用的 K/V 缓存（见 :mod:`tformer_lib.kv_cache`）；GQA 时只缓存 ``n_kv_heads`` 个头。
         ``positions``：只在 ``rope=True`` 时使用，新位置的位置编号 ``(T_q,)`` 或 ``(B, T_q)``，
         或模型为各层算好的 :class:`~tformer_lib.positional.RopeTables`。
         """
         self._check_inputs(query, key, value, cache)
         flag("causal", causal)
+        # 先查掩码与 causal，再投影：出错时缓存里还没写进这一步的 K、V
+        t_k = key.shape[1] if cache is None else cache.key_length(key.shape[1])
         if causal and mask is not None:
             raise ValueError("causal=True 时不再另给 mask（两者只能选一个；要与别的掩码合并，请自己造布尔掩码）")
+        if causal and t_k != query.shape[1]:
+            raise ValueError(f"causal=True 要求查询与键一样长（没有已缓存的键），收到 T_q={query.shape[1]}、T_k={t_k}")
+        if mask is not None:
+            bool_mask("mask", mask, (query.shape[0], self.n_heads, query.shape[1], t_k))  # 分数的形状 (B, h, T_q, T_k)
         # 1) 线性投影 Q = X W^Q 等，并拆成多个头（K、V 只有 n_kv_heads 个头）
         q = self.split_heads(self.w_q(query))  # (B, h, T_q, d_k)
         if cache is not None and cache.static and cache.k is not None:
@@ -270,10 +283,8 @@ class MultiHeadAttention(nn.Module):
                 q, k = rope.rotate(q), rope.rotate(k)  # (B, h, T, d_k), (B, h_kv, T, d_k)
             if cache is not None:
                 k, v = cache.update(k, v)  # 自注意力：把新位置的 K、V 接在已缓存的后面
-        if causal and k.shape[2] != q.shape[2]:
-            raise ValueError(f"causal=True 要求查询与键一样长（缓存为空），收到 T_q={q.shape[2]}、T_k={k.shape[2]}")
-        # GQA：每个 K/V 头由同组的查询头共用。快速路径在推理时让 SDPA 直接按组读（不复制）；
-        # 显式路径与训练时把它复制给同组的查询头（复制的反向把同组的梯度加回一个头）
+        # GQA：每个 K/V 头由同组的查询头共用。快速路径在不求梯度时（推理）让 SDPA 直接按组读（不复制）；
+        # 显式路径与求梯度时把它复制给同组的查询头（复制的反向把同组的梯度加回一个头）
         share_kv = self.fast and _SDPA_HAS_GQA and not torch.is_grad_enabled()
         if self.n_kv_heads != self.n_heads and not share_kv:
             group = self.n_heads // self.n_kv_heads
@@ -281,8 +292,6 @@ class MultiHeadAttention(nn.Module):
             v = v.repeat_interleave(group, dim=1)  # (B, h, T_k, d_k)
         # 2) 每个头各自做一次缩放点积注意力
         if self.fast:
-            if mask is not None:
-                bool_mask("mask", mask, (*q.shape[:-1], k.shape[-2]))  # 分数的形状 (B, h, T_q, T_k)
             dropout_p = self.dropout.p if self.training else 0.0
             out = _sdpa(q, k, v, mask, dropout_p, causal, gqa=k.shape[1] != q.shape[1])  # (B, h, T_q, d_k)
             self.attn_weights = None

@@ -15,6 +15,11 @@ class AttentionCache:
         self.k: torch.Tensor | None = None  # (B, h, T_cached, d_k)
         self.v: torch.Tensor | None = None  # (B, h, T_cached, d_k)
 
+    def key_length(self, new: int) -> int:
+        """送来 ``new`` 个新位置时，:meth:`update` 将返回的键的个数 T_k（注意力在投影之前用它检查掩码）。"""
+        cached = 0 if self.k is None else self.k.shape[2]
+        return cached if self.static and cached else cached + new
+
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """存入新的 K、V（自注意力时与旧的拼接），返回这一步应使用的完整 K、V。"""
         if self.k is not None and not self.static:

@@ -116,13 +116,14 @@ def lm_activation_bytes(
       （因果掩码交给 SDPA 的 ``is_causal``，不造掩码张量）。SDPA 的输出沿用 q 的内存布局：没有 RoPE 时 q 是
       ``(B, T, h, d_k)`` 的转置视图，输出换回 ``(B, T, d)`` 不必复制，拼接结果与输出共用一份存储；RoPE 旋转出的
       q 是连续的 ``(B, h, T, d_k)``，拼接要复制一份（测试实测）；
-    * ``rope``：RoPE 的 cos、sin 表 ``(T, d_k/2)`` 各一份——各层的 q、k 共用同一张表，只存一次；
+    * ``rope``：RoPE 的 cos、sin 表 ``(T, d_k/2)`` 各一份——各层的 q、k 共用同一张表，只存一次
+      （激活重算时为 0：表是块内的旋转为反向保存的，随块内的激活一起不存）；
     * ``ffn``：ReLU 存 1 份 ``(B, T, d_ff)``，GELU 2 份（输入与输出），SwiGLU 4 份；
     * ``loss``：log_softmax 的输出 ``(B·T, V)`` float32、目标 ``(B·T,)`` int64 与一个标量。
 
     ``checkpointing=True``（激活重算，:meth:`~tformer_lib.lm.DecoderOnlyLM.set_activation_checkpointing`）时，
     块内的四项都不再保存，每块只存它的输入 ``(B, T, d)``（``block_inputs``）；反向时一次重算一块，
-    所以峰值再加一块的量 ``"recompute_peak"``（= ``"per_block"``，不计入 ``"total"``）。
+    所以峰值再加一块的量 ``"recompute_peak"``（= ``"per_block"``，RoPE 时再加那张 cos/sin 表；不计入 ``"total"``）。
 
     前提：dropout 为 0（否则还要存随机掩码）、输入是连续张量。分组查询注意力（GQA，``n_kv_heads`` < h）
     的激活与普通多头注意力相同：本书的注意力在打分前把每个 K/V 头复制给同组的查询头（``repeat_interleave``），
@@ -156,6 +157,8 @@ def lm_activation_bytes(
     per_block = {"norms": block_norms, "linear_inputs": block_inputs, "attention": attn, "ffn": ffn}
     final_norm = _norm_bytes(c.norm, btd, bt, e) if c.norm_first else 0
     kept = 0 if checkpointing else c.n_layers  # 激活重算时块内一项都不保存
+    # RoPE 的 cos、sin 各 (T, d_k/2)，各层共用；重算时它们由块内的旋转保存，随块一起不存
+    rope_tables = 2 * T * (c.d_k // 2) * e if c.positional == "rope" else 0
     out = {
         "embedding": embedding,
         "norms": kept * block_norms + final_norm,
@@ -163,14 +166,14 @@ def lm_activation_bytes(
         "attention": kept * attn,
         "ffn": kept * ffn,
         "loss": bt * c.vocab_size * _FP32 + bt * _INT64 + _FP32,
-        "rope": 2 * T * (c.d_k // 2) * e if c.positional == "rope" else 0,  # cos、sin 各 (T, d_k/2)，各层共用
+        "rope": 0 if checkpointing else rope_tables,
     }
     if checkpointing:
         out["block_inputs"] = c.n_layers * btd * e
     out["total"] = sum(out.values())
     out["per_block"] = sum(per_block.values())
     if checkpointing:
-        out["recompute_peak"] = out["per_block"]
+        out["recompute_peak"] = out["per_block"] + rope_tables  # 重算的那一块又存下 cos、sin 表
     return out
 
 

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import dropout_rate, last_dim, positive_int, tensor_with_dim
+from ._checks import broadcast_shape, dropout_rate, finite_positive, last_dim, positive_int, tensor_with_dim
 
 
 def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
@@ -95,18 +95,51 @@ class NoPositionalEncoding(nn.Module):
         return self.dropout(x)
 
 
+def _check_rope_angles(positions, d, base) -> None:
+    """:func:`rope_angles` 的参数检查：位置是实数张量，``d`` 是正的偶数，``base`` 是有限的正数。"""
+    if not isinstance(positions, torch.Tensor) or positions.dtype == torch.bool or positions.is_complex():
+        got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise TypeError(f"positions 应是整数（位置插值时可为浮点）的张量，收到 {got}")
+    if isinstance(d, bool) or not isinstance(d, int) or d <= 0 or d % 2:
+        raise ValueError(f"d 应是正的偶数（每头维度），收到 {d!r}")
+    finite_positive("base", base)
+
+
+def _check_rotate_pairs(x, cos, sin) -> None:
+    """:func:`rotate_pairs` 的参数检查：``x`` 是最后一维为偶数的浮点张量，``cos``/``sin`` 能广播到 ``(..., T, d/2)``。"""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 2 or x.shape[-1] % 2:
+        got = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x 应是形状为 (..., T, d)、d 为偶数的浮点张量，收到 {got}")
+    half_shape = (*x.shape[:-1], x.shape[-1] // 2)  # (..., T, d/2)
+    for name, table in (("cos", cos), ("sin", sin)):
+        if not isinstance(table, torch.Tensor) or broadcast_shape(table.shape, half_shape) != half_shape:
+            got = tuple(table.shape) if isinstance(table, torch.Tensor) else type(table).__name__
+            raise ValueError(f"{name} 应能广播到 x 的一半形状 {half_shape}，收到 {got}")
+
+
 def rope_angles(positions: torch.Tensor, d: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
     r"""RoPE 的旋转角 :math:`\mathrm{pos}\cdot θ_i` 的 cos 与 sin，在 float64 里算：``positions`` ``(...)`` → 各 ``(..., d/2)``。
 
     :math:`θ_i = base^{-2i/d}`；float64 让大位置（几千、几万）的角度也准确，用的时候再转成 q、k 的 dtype。
+    位置通常是整数；位置插值（position interpolation）把位置按比例缩小，这时可以是浮点。
     """
+    _check_rope_angles(positions, d, base)
     theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=positions.device) / d)  # (d/2,)
     angle = positions.to(torch.float64)[..., None] * theta  # (..., d/2)
     return angle.cos(), angle.sin()
 
 
 def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """把 ``x`` ``(..., T, d)`` 的第 i 维与第 i + d/2 维配成一对，按角度旋转；``cos``/``sin`` 能广播到 ``(..., T, d/2)``。"""
+    """把 ``x`` ``(..., T, d)`` 的第 i 维与第 i + d/2 维配成一对，按角度旋转；``cos``/``sin`` 能广播到 ``(..., T, d/2)``。
+
+    先检查参数，再交给 :func:`_rotate_pairs` 旋转；:class:`RopeTables` 自己核对过形状，直接调用后者。
+    """
+    _check_rotate_pairs(x, cos, sin)
+    return _rotate_pairs(x, cos, sin)
+
+
+def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """旋转本身（不检查参数）：每一对 ``(x1, x2)`` 变成 ``(x1·cos − x2·sin, x1·sin + x2·cos)``。"""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]  # 各 (..., T, d/2)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, d)
@@ -126,8 +159,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
         raise ValueError(f"RoPE 要求 x 的最后一维是偶数，收到 d={d}")
     if positions is None:
         positions = torch.arange(length, device=x.device)
-    if positions.shape != (length,):
-        raise ValueError(f"positions 的形状应是 ({length},)，收到 {tuple(positions.shape)}")
+    if not isinstance(positions, torch.Tensor) or positions.shape != (length,):
+        raise ValueError(f"positions 应是形状为 ({length},) 的张量，收到 {_shape_or_type(positions)}")
     cos, sin = rope_angles(positions, d, base)  # 各 (T, d/2)
     return rotate_pairs(x, cos.to(x.dtype), sin.to(x.dtype))  # (..., T, d)
 
@@ -138,27 +171,36 @@ class RopeTables:
     ``positions`` 为 ``(T,)``（全批相同）时表是 ``(T, d/2)``，为 ``(B, T)``（每行不同，如左填充的批）时是
     ``(B, 1, T, d/2)``：两者都能广播到注意力里 q、k 的形状 ``(B, h, T, d)``。:meth:`rotate` 与逐层调用
     :func:`apply_rope` 逐位相同（测试核对），只是不必每层、每个 q 与 k 都重算一遍三角函数。
+    表记下自己的 ``length``（T）、``d``、``base`` 与 ``batch``（``(T,)`` 的位置为 None）：用错了表会得到清楚的错误。
     """
 
     def __init__(self, positions: torch.Tensor, d: int, base: float = 10000.0):
         if not isinstance(positions, torch.Tensor) or positions.dim() not in (1, 2):
-            raise ValueError(f"positions 应是形状为 (T,) 或 (B, T) 的整数张量，收到 {getattr(positions, 'shape', type(positions))}")
-        if isinstance(d, bool) or not isinstance(d, int) or d <= 0 or d % 2:
-            raise ValueError(f"d 应是正的偶数（每头维度），收到 {d!r}")
+            raise ValueError(f"positions 应是形状为 (T,) 或 (B, T) 的张量，收到 {_shape_or_type(positions)}")
         cos, sin = rope_angles(positions, d, base)  # (T, d/2) 或 (B, T, d/2)
         if positions.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, d/2)：所有头共用
-        self.length, self.d = positions.shape[-1], d
+        self.length, self.d, self.base = positions.shape[-1], d, float(base)
+        self.batch = positions.shape[0] if positions.dim() == 2 else None
         self._by_dtype = {torch.float64: (cos, sin)}
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
-        """旋转 ``x`` ``(B, h, T, d)``（或能与表广播的形状），返回同形状。"""
-        if x.shape[-2] != self.length or x.shape[-1] != self.d:
+        """旋转 ``x`` ``(B, h, T, d)``（位置为 ``(T,)`` 时也可以是 ``(..., T, d)``），返回同形状。"""
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise ValueError(f"x 应是浮点张量，收到 {getattr(x, 'dtype', type(x).__name__)}")
+        if x.dim() < 2 or x.shape[-2] != self.length or x.shape[-1] != self.d:
             raise ValueError(f"x 的最后两维应是 (T={self.length}, d={self.d})，收到 {tuple(x.shape)}")
+        if self.batch is not None and (x.dim() != 4 or x.shape[0] != self.batch):
+            raise ValueError(f"这张表按 (B={self.batch}, T) 的位置建成，x 应是 ({self.batch}, h, T, d)，收到 {tuple(x.shape)}")
         if x.dtype not in self._by_dtype:
             cos, sin = self._by_dtype[torch.float64]
             self._by_dtype[x.dtype] = (cos.to(x.dtype), sin.to(x.dtype))
-        return rotate_pairs(x, *self._by_dtype[x.dtype])  # (..., T, d)
+        return _rotate_pairs(x, *self._by_dtype[x.dtype])  # (..., T, d)
+
+
+def _shape_or_type(value) -> str:
+    """报错用：张量给形状，别的给类型名。"""
+    return str(tuple(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

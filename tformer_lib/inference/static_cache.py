@@ -24,7 +24,7 @@ __all__ = ["StaticLayerCache", "StaticKVCache"]
 class StaticLayerCache:
     """一块自注意力的静态缓存：``k``、``v`` 各 ``(B, h_kv, L, d_k)``，在 :meth:`update` 里原地写入。
 
-    它的接口与 :class:`~tformer_lib.AttentionCache` 相同（``static``、``k``、``v``、``update``），
+    它的接口与 :class:`~tformer_lib.AttentionCache` 相同（``static``、``k``、``v``、``key_length``、``update``），
     所以 :class:`~tformer_lib.MultiHeadAttention` 不用改一行就能用它。注意名字的冲突：
     ``AttentionCache.static`` 表示“交叉注意力、K/V 不再追加”，与这里的“预分配”无关，所以它是 False。
     """
@@ -35,6 +35,10 @@ class StaticLayerCache:
         self.owner = owner
         self.k = k  # (B, h_kv, L, d_k)
         self.v = v  # (B, h_kv, L, d_k)
+
+    def key_length(self, new: int) -> int:
+        """:meth:`update` 总是返回整个缓存：T_k 是槽位数 L。"""
+        return self.k.shape[2]
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """把新位置的 ``k``、``v`` ``(B, h_kv, T, d_k)`` 写进第 ``owner.slots`` 个槽位，返回整个缓存。"""

@@ -56,6 +56,7 @@ class LMConfig:
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise ValueError(f"dropout 应是 [0, 1) 内的数，收到 {self.dropout!r}")
         finite_positive("norm_eps", self.norm_eps)
+        finite_positive("rope_base", self.rope_base)
         for name in ("norm_first", "tie_embeddings", "fast_attention", "qkv_bias", "out_bias", "ffn_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} 应是 bool，收到 {getattr(self, name)!r}")

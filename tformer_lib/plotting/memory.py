@@ -20,7 +20,7 @@ PART_LABELS = {
     "params": "参数", "grads": "梯度", "master": "fp32 主权重", "adam_m": "Adam 一阶矩 m", "adam_v": "Adam 二阶矩 v",
     "step": "Adam 步数", "embedding": "嵌入（词元 id）", "norms": "归一化", "linear_inputs": "线性层输入",
     "attention": "注意力", "ffn": "前馈网络", "loss": "损失（log-softmax）", "block_inputs": "每块的输入",
-    "activations": "激活",
+    "activations": "激活", "rope": "RoPE 的 cos/sin 表",
 }
 _SKIP = {"total", "per_block", "recompute_peak", "bytes_per_parameter"}
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",

@@ -198,6 +198,10 @@ class _PagedLayer(AttentionCache):
         self.new_index = new_index  # (N_new,)：(B·T_new) 展平后哪些是真实的新词元（其余是右侧填充）；None = 没有填充
         self.write_slots, self.read_slots = write_slots, read_slots  # (N_new,), (B, T_k)
 
+    def key_length(self, new: int) -> int:
+        """:meth:`update` 按块表收集 ``read_slots`` 列出的位置：T_k 是它的列数。"""
+        return self.read_slots.shape[1]
+
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch, heads, length, d_k = k.shape
         flat_k = k.transpose(1, 2).reshape(batch * length, heads, d_k)  # (B·T_new, h_kv, d_k)
@@ -223,6 +227,10 @@ class _PackedLayer(AttentionCache):
         super().__init__(static=False)
         self.store_k, self.store_v = store_k, store_v
         self.write_slots, self.read_slots = write_slots, read_slots  # (N,), (T_k,)
+
+    def key_length(self, new: int) -> int:
+        """:meth:`update` 收集 ``read_slots`` 列出的位置：T_k 是它的长度。"""
+        return self.read_slots.shape[0]
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat_k = k[0].transpose(0, 1)  # (N, h_kv, d_k)
