@@ -8,7 +8,7 @@ import torch
 
 from tformer_lib import BOS, EOS, PAD
 from tformer_lib.lm import LMConfig, make_lm
-from tformer_lib.lm.generate import filter_top_k, filter_top_p, generate, next_token_distribution
+from tformer_lib.lm.generate import filter_top_k, filter_top_p, generate, greedy_tokens, next_token_distribution
 
 V = 30
 
@@ -101,6 +101,27 @@ def test_top_k_and_top_p_filters():
     p = next_token_distribution(logits, temperature=1.0, top_k=None, top_p=None, suppress_ids=())
     torch.testing.assert_close(p, logits.softmax(-1))
     assert torch.equal(next_token_distribution(logits, top_k=1, suppress_ids=()).argmax(-1), torch.tensor([0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_tokens_pick_the_largest_unbanned_logit(dtype):
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(64, 50, generator=g) * 4).to(dtype)  # (B, V)
+    logits[:, PAD] = logits[:, BOS] = 100.0  # 最大的两个被屏蔽
+    picked = greedy_tokens(logits)
+    assert torch.equal(picked, next_token_distribution(logits, 1.0, None, None).argmax(dim=-1))
+    assert not ((picked == PAD) | (picked == BOS)).any()
+    # 并列时取 id 最小的（与 argmax 相同）；屏蔽 () 时 PAD 也能被选中
+    tied = torch.zeros(2, 6, dtype=dtype)
+    tied[:, [2, 4]] = 1.0
+    assert greedy_tokens(tied).tolist() == [2, 2] and greedy_tokens(torch.ones(1, 6), ()).tolist() == [0]
+
+
+def test_greedy_tokens_refuse_rows_with_no_finite_choice():
+    for row in (torch.tensor([[0.0, 0.0, 1.0, float("nan")]]), torch.tensor([[0.0, 0.0, 1.0, float("inf")]]),
+                torch.tensor([[5.0, 5.0, float("-inf")]])):  # NaN；+inf；屏蔽 PAD、BOS 之后只剩 −inf
+        with pytest.raises(ValueError, match="没有一个有限值"):
+            greedy_tokens(row)
 
 
 def test_low_temperature_approaches_greedy():

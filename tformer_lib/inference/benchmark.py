@@ -141,9 +141,9 @@ def run_decode_benchmark(*, rounds: int = 7, new_tokens: int = 100, quick: bool 
 
         def dynamic_step(cache=cache, tokens=tokens):  # 今天的路径：LMCache 上的一步 + 选词，再回退到原长
             with torch.no_grad():
-                from ..lm.generate import next_token_distribution
+                from ..lm.generate import greedy_tokens
 
-                next_token_distribution(target(tokens, cache=cache)[:, -1], 1.0, None, None, suppress).argmax(-1)
+                greedy_tokens(target(tokens, cache=cache)[:, -1], suppress)
                 cache.crop(context - 1)
 
         def eager_step(b=b, tokens=tokens, pads=pads, slot=slot):

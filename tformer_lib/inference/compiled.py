@@ -6,7 +6,7 @@ CPU 上 TorchInductor 把整步（嵌入、N 块、输出层）生成一个 C++ 
 
 采样（``torch.multinomial``）留在图外、与 :func:`tformer_lib.lm.generate` 调用同一段代码：同一个 ``generator``
 按同样的次序抽同样的随机数，所以种子相同的采样也逐词元相同（测试核对）。贪心的 argmax 放进图里（屏蔽特殊词后取
-最大者，与 ``generate`` 先 softmax 再 argmax 选的是同一个词：softmax 不改变大小次序）。
+最大者，与 ``generate`` 的 :func:`~tformer_lib.lm.generate.greedy_tokens` 是同一个算法）。
 
 CPU 上另外三招，都只在编译时打开（``StaticDecoder`` 的参数）：
 
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from .._checks import flag
-from ..lm.generate import check_eos_id, check_top_k, check_top_p, next_token_distribution
+from ..lm.generate import check_eos_id, check_top_k, check_top_p, greedy_tokens, next_token_distribution
 from ..temperature import check_temperature, is_greedy_temperature
 from ..serving._validate import check_model, check_suppress_ids
 from ..serving.ragged import left_pad
@@ -206,8 +206,8 @@ class StaticDecoder:
                         logits, greedy = self._step(cache, nxt[:, None], slots[i - 1], pads, banned)  # (B, V), (B,)
                     # 选词：与 lm.generate 相同（贪心时解码步已在图里选好；采样用同样的分布、同样的随机数次序）
                     if method == "greedy":
-                        if greedy is None:  # 预填充之后的第一个词：与 generate 同一行代码（顺带检查 logits 有限）
-                            greedy = next_token_distribution(logits, 1.0, None, None, suppress_ids).argmax(dim=-1)
+                        if greedy is None:  # 预填充之后的第一个词：与 generate 同一个函数（顺带检查 logits 有限）
+                            greedy = greedy_tokens(logits, suppress_ids)
                         nxt = greedy  # (B,)
                     else:
                         probs = next_token_distribution(logits, temperature, top_k, top_p, suppress_ids)

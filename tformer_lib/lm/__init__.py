@@ -9,7 +9,7 @@ data / quality → training → pretrained → cli；Hugging Face 互通（hf_we
 from .cache import LMCache, lm_kv_cache_bytes_per_token
 from .config import LMConfig
 from .model import DecoderOnlyBlock, DecoderOnlyLM, make_lm
-from .generate import filter_top_k, filter_top_p, generate, next_token_distribution
+from .generate import filter_top_k, filter_top_p, generate, greedy_tokens, next_token_distribution
 from .reference import TorchEncoderLM, torch_twin
 from .data import FORM_CODES, loss_targets, pack_documents, pad_documents, poem_document, poem_prompt
 from .quality import (

@@ -17,7 +17,7 @@ from torch import nn
 from ..specials import BOS, PAD
 from ..temperature import apply_temperature, check_temperature, is_greedy_temperature
 
-__all__ = ["check_eos_id", "filter_top_k", "filter_top_p", "next_token_distribution", "generate"]
+__all__ = ["check_eos_id", "filter_top_k", "filter_top_p", "greedy_tokens", "next_token_distribution", "generate"]
 
 
 def check_top_k(top_k) -> None:
@@ -69,6 +69,33 @@ def filter_top_p(logits: torch.Tensor, top_p: float | None) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def _banned_ids(suppress_ids: Sequence[int], vocab_size: int) -> list[int]:
+    return sorted({int(t) for t in suppress_ids if 0 <= int(t) < vocab_size})
+
+
+def _no_choice_error(n_banned: int, vocab_size: int) -> ValueError:
+    return ValueError(
+        "某一行的 logits 在屏蔽 suppress_ids 之后没有一个有限值（全被屏蔽，或模型输出了 NaN/inf），无词元可选；"
+        f"suppress_ids 屏蔽了 {n_banned} 个 id，词表大小 {vocab_size}"
+    )
+
+
+def greedy_tokens(logits: torch.Tensor, suppress_ids: Sequence[int] = (PAD, BOS)) -> torch.Tensor:
+    """贪心取词：屏蔽 ``suppress_ids`` 后每行分数最高的词，``logits`` ``(B, V)`` → ``(B,)``；并列时取 id 最小的。
+
+    直接在 logits 上取最大者（与 Hugging Face ``generate`` 的贪心相同），不必先 softmax——softmax 不改变大小次序，
+    多算一遍只是多花时间。某一行的最大值不是有限数（整行被屏蔽，或有 NaN/inf）时报错，而不是选出一个无意义的词。
+    """
+    banned = _banned_ids(suppress_ids, logits.shape[-1])
+    if banned:
+        logits = logits.clone()
+        logits[..., banned] = float("-inf")
+    best, index = logits.max(dim=-1)  # (B,), (B,)：max 遇到 NaN 返回 NaN，所以一次检查就够
+    if not bool(torch.isfinite(best).all()):
+        raise _no_choice_error(len(banned), logits.shape[-1])
+    return index
+
+
 def next_token_distribution(
     logits: torch.Tensor,
     temperature: float = 1.0,
@@ -82,15 +109,12 @@ def next_token_distribution(
     """
     check_temperature("temperature", temperature)
     logits = logits.float()
-    banned = sorted({int(t) for t in suppress_ids if 0 <= int(t) < logits.shape[-1]})
+    banned = _banned_ids(suppress_ids, logits.shape[-1])
     if banned:
         logits = logits.clone()
         logits[..., banned] = float("-inf")
     if not bool(torch.isfinite(logits).any(dim=-1).all()):
-        raise ValueError(
-            "某一行的 logits 在屏蔽 suppress_ids 之后没有一个有限值（全被屏蔽，或模型输出了 NaN/inf），无词元可选；"
-            f"suppress_ids 屏蔽了 {len(banned)} 个 id，词表大小 {logits.shape[-1]}"
-        )
+        raise _no_choice_error(len(banned), logits.shape[-1])
     logits = filter_top_p(filter_top_k(apply_temperature(logits, temperature), top_k), top_p)
     return logits.softmax(dim=-1)
 
@@ -171,12 +195,11 @@ def generate(
         cache = model.new_cache() if use_cache else None
         out = torch.full((batch, max_new_tokens), PAD, dtype=torch.long, device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
-        step_input, seq = tokens, tokens
+        step_input = tokens
         for i in range(max_new_tokens):
             logits = model(step_input, cache=cache)[:, -1]  # (B, V)：只要最后一个位置
             if method == "greedy":
-                probs = next_token_distribution(logits, 1.0, None, None, suppress_ids)
-                nxt = probs.argmax(dim=-1)  # (B,)
+                nxt = greedy_tokens(logits, suppress_ids)  # (B,)
             else:
                 probs = next_token_distribution(logits, temperature, top_k, top_p, suppress_ids)
                 nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
@@ -187,8 +210,10 @@ def generate(
                 if bool(done.all()):
                     out = out[:, : i + 1]
                     break
-            seq = torch.cat([seq, nxt[:, None]], dim=1)  # (B, T + i + 1)
-            step_input = nxt[:, None] if use_cache else seq
+            if use_cache:  # 有缓存：下一步只送入新词元
+                step_input = nxt[:, None]  # (B, 1)
+            else:  # 没有缓存：下一步重算整个前缀
+                step_input = torch.cat([step_input, nxt[:, None]], dim=1)  # (B, T + i + 1)
     finally:
         model.train(was_training)
     return out[0] if single else out

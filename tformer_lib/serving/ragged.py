@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ..lm.generate import check_eos_id, next_token_distribution
+from ..lm.generate import check_eos_id, greedy_tokens
 from ..specials import BOS, PAD
 from ._validate import check_model, check_suppress_ids, non_negative_int
 
@@ -108,7 +108,7 @@ def greedy_batch(
         while any(active):
             attn_mask = key_mask[:, None, None, :]  # (B, 1, 1, T_k)：屏蔽每行左侧的填充
             logits = model(step_tokens, cache=cache, positions=step_positions, attn_mask=attn_mask)[:, -1]  # (B, V)
-            nxt = next_token_distribution(logits, 1.0, None, None, suppress_ids).argmax(dim=-1)  # (B,)
+            nxt = greedy_tokens(logits, suppress_ids)  # (B,)
             for b, token in enumerate(nxt.tolist()):
                 if active[b]:
                     outputs[b].append(token)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..lm.generate import next_token_distribution
+from ..lm.generate import greedy_tokens, next_token_distribution
 
 __all__ = ["Sampling", "pick_tokens"]
 
@@ -54,7 +54,7 @@ GREEDY = Sampling()
 
 def pick_tokens(logits: torch.Tensor, samplings: Sequence[Sampling | None], suppress_ids: Sequence[int]) -> list[int]:
     """``logits`` ``(B, V)`` 的每一行按 ``samplings[b]``（``None`` = 贪心）取一个词元，返回 B 个 id。"""
-    tokens = next_token_distribution(logits, 1.0, None, None, suppress_ids).argmax(dim=-1).tolist()
+    tokens = greedy_tokens(logits, suppress_ids).tolist()
     banned = sorted({int(t) for t in suppress_ids if 0 <= int(t) < logits.shape[-1]})
     for b, sampling in enumerate(samplings):
         if sampling is None or sampling.greedy:

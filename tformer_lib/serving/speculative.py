@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..lm.generate import check_eos_id, next_token_distribution
+from ..lm.generate import check_eos_id, greedy_tokens
 from .._checks import positive_int
 from ..specials import BOS, PAD
 from ._validate import check_model, check_suppress_ids, non_negative_int
@@ -104,7 +104,7 @@ def layer_skip_draft(model: nn.Module, n_layers: int) -> nn.Module:
 
 
 def _greedy(logits: torch.Tensor, suppress_ids) -> torch.Tensor:
-    return next_token_distribution(logits, 1.0, None, None, suppress_ids).argmax(dim=-1)
+    return greedy_tokens(logits, suppress_ids)
 
 
 def _draft_pick(logits: torch.Tensor, banned: list[int]) -> int:
