@@ -1,5 +1,5 @@
 """一次前向里各层共用的东西与逐层现算的结果逐位相同：RoPE 表（RopeTables）、因果路径（causal=True / is_causal）、
-推理时不复制 K/V 的分组查询注意力（enable_gqa）。这些都是为速度做的改动，不能改变任何一个数。"""
+快速路径里不复制 K/V 的分组查询注意力（enable_gqa）。这些都是为速度做的改动：前向不能改变任何一个数（GQA 的梯度只在舍入误差内相同：同组各头求和的次序不同）。"""
 
 import pytest
 import torch
@@ -129,16 +129,35 @@ def test_a_bad_mask_leaves_the_cache_as_it_was(fast):
 
 
 @pytest.mark.parametrize("n_kv_heads", [1, 2])
-def test_inference_reads_shared_kv_heads_without_copies_and_gives_the_same_numbers(n_kv_heads):
-    """不求梯度时快速路径把分组交给 SDPA（enable_gqa）；结果与复制 K/V 的训练路径逐位相同。"""
-    attn = _attention(True, n_kv_heads, True).float()
-    x = torch.randn(2, 7, 32)
-    mask = torch.rand(2, 1, 7, 7) > 0.3
+def test_sdpa_reads_shared_kv_heads_like_copied_heads(n_kv_heads):
+    """快速路径把 GQA 的分组交给 SDPA（enable_gqa）：前向与先复制 K/V 逐位相同，梯度在舍入误差内相同。"""
+    from tformer_lib.attention import _sdpa
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 7, 8, generator=g, requires_grad=True)  # (B, h, T, d_k)
+    k, v = (torch.randn(2, n_kv_heads, 7, 8, generator=g, requires_grad=True) for _ in range(2))  # (B, h_kv, T, d_k)
+    mask = torch.rand(2, 1, 7, 7, generator=g) > 0.3
+    group = 4 // n_kv_heads
     for kwargs in ({"causal": True}, {"mask": mask}, {}):
-        copied = attn(x, x, x, **kwargs)  # 求梯度：复制 K/V
-        with torch.no_grad():
-            shared = attn(x, x, x, **kwargs)
-        assert torch.equal(copied.detach(), shared)
+        m = kwargs.get("mask")
+        shared = _sdpa(q, k, v, m, causal=kwargs.get("causal", False), gqa=True)
+        copied = _sdpa(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), m, causal=kwargs.get("causal", False))
+        assert torch.equal(shared, copied)
+        for a, b in zip(torch.autograd.grad(shared.square().sum(), (q, k, v)),
+                        torch.autograd.grad(copied.square().sum(), (q, k, v))):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_kv_heads", [1, 2])
+def test_fast_gqa_trains_like_the_explicit_path(n_kv_heads):
+    """训练时快速路径不复制 K/V，显式路径复制：同一组权重的输出与梯度在舍入误差内相同。"""
+    fast, explicit = _attention(True, n_kv_heads, True), _attention(False, n_kv_heads, True)
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    outs = [attn(x, x, x, causal=True) for attn in (fast, explicit)]
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-10, atol=1e-12)
+    for a, b in zip(torch.autograd.grad(outs[0].square().sum(), list(fast.parameters())),
+                    torch.autograd.grad(outs[1].square().sum(), list(explicit.parameters()))):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_fast_attention_still_names_a_bad_mask():

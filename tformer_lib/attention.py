@@ -90,7 +90,8 @@ def _sdpa(q, k, v, mask, dropout_p: float = 0.0, causal: bool = False, gqa: bool
 
     ``causal=True``（这时 ``mask`` 为 None）交给 SDPA 的 ``is_causal``，不必造掩码——与等价的加性掩码前向、
     反向都逐位相同（CPU 上测试核对）。``gqa=True``：``k``/``v`` 的头少于 ``q``（GQA），交给 SDPA 的 ``enable_gqa``，
-    每组查询头直接读共用的 K/V 头、不复制。
+    每组查询头直接读共用的 K/V 头、不复制；前向与先复制 K/V 逐位相同，反向里同组各头的梯度求和的次序不同，
+    只在舍入误差内相同（CPU 上测试核对）。
     """
     gqa = {"enable_gqa": True} if gqa else {}
     if mask is None:
@@ -283,10 +284,9 @@ class MultiHeadAttention(nn.Module):
                 q, k = rope.rotate(q), rope.rotate(k)  # (B, h, T, d_k), (B, h_kv, T, d_k)
             if cache is not None:
                 k, v = cache.update(k, v)  # 自注意力：把新位置的 K、V 接在已缓存的后面
-        # GQA：每个 K/V 头由同组的查询头共用。快速路径在不求梯度时（推理）让 SDPA 直接按组读（不复制）；
-        # 显式路径与求梯度时把它复制给同组的查询头（复制的反向把同组的梯度加回一个头）
-        share_kv = self.fast and _SDPA_HAS_GQA and not torch.is_grad_enabled()
-        if self.n_kv_heads != self.n_heads and not share_kv:
+        # GQA：每个 K/V 头由同组的查询头共用。快速路径让 SDPA 直接按组读（enable_gqa，不复制，训练也一样）；
+        # 显式路径把它复制给同组的查询头（复制的反向把同组的梯度加回一个头）
+        if self.n_kv_heads != self.n_heads and not (self.fast and _SDPA_HAS_GQA):
             group = self.n_heads // self.n_kv_heads
             k = k.repeat_interleave(group, dim=1)  # (B, h, T_k, d_k)
             v = v.repeat_interleave(group, dim=1)  # (B, h, T_k, d_k)

@@ -100,6 +100,14 @@ def _norm_bytes(kind: str, btd: int, bt: int, e: int) -> int:
     return 2 * btd * e + bt * _FP32  # x、x/rms 各 (B, T, d) + 1/rms (B, T, 1)
 
 
+def _sdpa_kv_bytes(config, bt: int, e: int) -> int:
+    """快速路径为反向保存的 k（或 v）一份的字节：SDPA 按组读时只有 ``(B, h_kv, T, d_k)``，否则是复制后的 ``(B, h, T, d_k)``。"""
+    from .attention import _SDPA_HAS_GQA
+
+    heads = config.kv_heads if _SDPA_HAS_GQA else config.n_heads
+    return bt * heads * config.d_k * e
+
+
 def lm_activation_bytes(
     config, batch: int, length: int, bytes_per_element: int = 4, checkpointing: bool = False
 ) -> dict[str, int]:
@@ -125,9 +133,10 @@ def lm_activation_bytes(
     块内的四项都不再保存，每块只存它的输入 ``(B, T, d)``（``block_inputs``）；反向时一次重算一块，
     所以峰值再加一块的量 ``"recompute_peak"``（= ``"per_block"``，RoPE 时再加那张 cos/sin 表；不计入 ``"total"``）。
 
-    前提：dropout 为 0（否则还要存随机掩码）、输入是连续张量。分组查询注意力（GQA，``n_kv_heads`` < h）
-    的激活与普通多头注意力相同：本书的注意力在打分前把每个 K/V 头复制给同组的查询头（``repeat_interleave``），
-    autograd 保存的是复制后的 ``(B, h, T, d_k)``（测试实测）；GQA 省下的是 K/V 缓存与 W^K、W^V 的参数。
+    前提：dropout 为 0（否则还要存随机掩码）、输入是连续张量。分组查询注意力（GQA，``n_kv_heads`` < h）：
+    快速路径把分组交给 SDPA 的 ``enable_gqa``（torch ≥ 2.5），保存的 k、v 只有 ``(B, h_kv, T, d_k)``；显式路径在打分前
+    把每个 K/V 头复制给同组的查询头（``repeat_interleave``），保存的是复制后的 ``(B, h, T, d_k)``，与普通多头注意力
+    相同（两者都由测试实测核对）。
     参数不计（它们本来就在内存里）。注意：显式路径的 ``MultiHeadAttention`` 还把最近一次的注意力权重
     ``(B, h, T, T)`` 留在 ``attn_weights`` 里供画图——它与 softmax 的输出共用存储，不重算时不另占内存，
     但打开激活重算后每层仍留着一份，这里不计；要省这部分，训练时用快速路径（``fast_attention=True``）。
@@ -148,8 +157,8 @@ def lm_activation_bytes(
     block_norms = 2 * _norm_bytes(c.norm, btd, bt, e)
     block_inputs = 2 * btd * e  # 归一化后送进 W^Q/W^K/W^V 与 W_1 的输入
     if c.fast_attention:
-        # q、k、v、输出、拼接 + lse；没有 RoPE 时输出与拼接共用一份存储（见文档字符串）
-        attn = (5 if c.positional == "rope" else 4) * btd * e + B * c.n_heads * T * _FP32
+        # q、k、v、输出、拼接 + lse；没有 RoPE 时输出与拼接共用一份存储（见文档字符串）；GQA 的 k、v 只有 h_kv 个头
+        attn = (3 if c.positional == "rope" else 2) * btd * e + 2 * _sdpa_kv_bytes(c, bt, e) + B * c.n_heads * T * _FP32
     else:
         parts = attention_memory(B, T, T, c.d_model, c.n_heads, e)
         attn = sum(parts.values()) + 2 * T * T * _BOOL  # 两处 ~mask

@@ -104,7 +104,7 @@ def _gqa_reference(q, k, v, mask):
 def check_fixed_grouped_attention(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """检查改好的 ``fn(q, k, v, mask) -> (B, h, T, d_k)``：与“把每个 K/V 头复制给同组查询头”的注意力一致。
 
-    查询头 i 属于第 i // (h/h_kv) 组（与库里 ``MultiHeadAttention`` 的 ``repeat_interleave`` 相同）。
+    查询头 i 属于第 i // (h/h_kv) 组（与库里 ``MultiHeadAttention`` 显式路径的 ``repeat_interleave`` 相同）。
     """
 
     def cases(f):

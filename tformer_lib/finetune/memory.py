@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import one_of, positive_int
-from ..memory import lm_activation_bytes, model_state_bytes
+from ..memory import _sdpa_kv_bytes, lm_activation_bytes, model_state_bytes
 from ..quant.sizes import linear_shapes, parameter_count, weight_bytes
 from .lora import check_targets
 
@@ -92,7 +92,8 @@ def lora_activation_bytes(config, batch: int, length: int, targets=("w_q", "w_v"
     c, e, B, T = config, bytes_per_element, batch, length
     bt, btd, btf = B * T, B * T * c.d_model, B * T * c.d_ff
     rope_tables = 2 * T * (c.d_k // 2) * e  # RoPE 的 cos、sin 表：各层共用，只存一次
-    core = 4 * btd * e + B * c.n_heads * T * _FP32  # SDPA：q、k、v、输出 + lse（因果掩码交给 is_causal，不存）
+    # SDPA：q、输出、k、v（GQA 时只有 h_kv 个头）+ lse（因果掩码交给 is_causal，不存）
+    core = 2 * btd * e + 2 * _sdpa_kv_bytes(c, bt, e) + B * c.n_heads * T * _FP32
     rope_saved = False
     has = {t: t in chosen for t in LORA_TARGETS}
     ffn_in = has["w_1"] or has["w_3"]
