@@ -124,6 +124,24 @@ def test_greedy_tokens_refuse_rows_with_no_finite_choice():
             greedy_tokens(row)
 
 
+def test_greedy_and_sampling_name_bad_logits_and_suppress_ids():
+    logits = torch.randn(2, 6)
+    for bad in ([[0.0, 1.0]], torch.ones(2, 6, dtype=torch.long), torch.ones(2, 0), torch.tensor(3.0)):
+        with pytest.raises(ValueError, match="logits 应是"):
+            greedy_tokens(bad)
+    for ids, err in ((("1",), TypeError), ((True,), TypeError), ((99,), ValueError), ((-1,), ValueError), (None, TypeError)):
+        with pytest.raises(err, match="suppress_ids"):
+            greedy_tokens(logits, ids)
+        with pytest.raises(err, match="suppress_ids"):
+            next_token_distribution(logits, 1.0, None, None, ids)
+    for row in (torch.tensor([[0.0, 0.0, 1.0, float("nan")]]), torch.tensor([[0.0, 0.0, 1.0, float("inf")]])):
+        with pytest.raises(ValueError, match="没有一个有限值"):  # 采样也不让 NaN/+inf 变成一行 NaN 的分布
+            next_token_distribution(row, 1.0, None, None)
+    model = make_lm(LMConfig(12, d_model=16, n_heads=2, n_layers=1, d_ff=16, max_len=16))
+    with pytest.raises(ValueError, match="suppress_ids"):
+        generate(model, [1, 5], 3, method="greedy", suppress_ids=(0, 12))
+
+
 def test_low_temperature_approaches_greedy():
     model = tiny(seed=2)
     greedy = generate(model, [BOS, 4], 10, method="greedy")

@@ -159,3 +159,13 @@ def test_accumulation_arguments_are_checked():
         LMTrainer(model, padded_blocks(), batch_size=8, accumulation_steps=0)
     with pytest.raises(ValueError, match="autocast"):
         LMTrainer(model, padded_blocks(), batch_size=8, autocast="fp8")
+
+
+@pytest.mark.parametrize("n_heads,d_k,size", [(2, 4, (2, 1)), (1, 4, (2, 3)), (2, 2, (2, 5)), (4, 2, (1, 1))])
+def test_activation_formula_edge_shapes_with_rope_on_the_fast_path(n_heads, d_k, size):
+    # T = 1 或 h = 1：拼接各头不必复制；d_k = 2：旋转后的 q 仍是连续的，SDPA 不退回数学后端
+    config = LMConfig(13, d_model=n_heads * d_k, n_heads=n_heads, n_layers=2, d_ff=10, max_len=8, positional="rope",
+                      fast_attention=True, tie_embeddings=False)
+    model = make_lm(config).train()
+    tokens, targets = torch.randint(4, 13, size), torch.randint(4, 13, size)
+    assert measure_activation_bytes(model, tokens, targets) == lm_activation_bytes(config, *size)["total"]

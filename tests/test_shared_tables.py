@@ -195,3 +195,34 @@ def test_same_tensor_for_query_key_value_still_checks_the_cross_attention_cache_
     q = torch.randn(1, 3, 32)
     with pytest.raises(ValueError, match="cache.k 的批大小是 2"):
         attn(q, q, q, cache=cache)
+
+
+def test_caches_say_how_long_they_are_or_ask_for_positions():
+    from tformer_lib.inference.static_cache import StaticKVCache
+    from tformer_lib.kv_cache import AttentionCache
+
+    attn = _attention(True, 2, True)
+    x = torch.randn(1, 3, 32, dtype=torch.float64)
+    cross = AttentionCache(static=True)
+    plain = AttentionCache()
+    attn(x, x, x, cache=plain)
+    assert plain.cached_length() == 3 and plain.key_length(1) == 4
+    with pytest.raises(ValueError, match="new"):
+        plain.key_length(0)
+    # 已填好的交叉注意力缓存：update 原样返回编码器的 K/V，与 key_length 说的一致
+    k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    cross.update(k, v)
+    got_k, _ = cross.update(torch.randn(1, 2, 2, 8), torch.randn(1, 2, 2, 8))
+    assert got_k is k and cross.key_length(2) == 5
+    # 按槽位写入的缓存没有“已缓存的长度”：不给 positions 就报错，而不是从槽位数 L 接着数
+    model = make_lm(LMConfig(60, d_model=32, n_heads=4, n_kv_heads=2, n_layers=1, d_ff=48, max_len=8, positional="rope",
+                             fast_attention=True)).double()
+    static = StaticKVCache(model, 1, 8)
+    with pytest.raises(ValueError, match="positions"):
+        model.blocks[0].self_attn(x, x, x, cache=static.layers[0])
+    # 已缓存的 K/V 与 query 的批大小不同：点名 cache.k，而不是 torch.cat 的报错
+    with pytest.raises(ValueError, match="cache.k"):
+        attn(x.expand(2, 3, 32), x.expand(2, 3, 32), x.expand(2, 3, 32), cache=plain)
+    assert plain.cached_length() == 3
+    with pytest.raises(ValueError, match="NaN"):
+        RopeTables(torch.tensor([0.0, float("nan")]), 8)

@@ -188,3 +188,19 @@ def finite_positive(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} 应是有限的正数，收到 {value!r}")
     return float(value)
+
+
+def check_suppress_ids(suppress_ids, vocab_size: int | None = None) -> tuple[int, ...]:
+    """要求 ``suppress_ids`` 是整数 id 的序列（可以为空），例如 ``(PAD, BOS)``；返回元组。一维张量或数组也行。"""
+    if hasattr(suppress_ids, "tolist") and getattr(suppress_ids, "ndim", None) == 1:  # torch 张量、NumPy 数组
+        suppress_ids = suppress_ids.tolist()
+    if isinstance(suppress_ids, (str, bytes)) or not isinstance(suppress_ids, (Sequence, set, frozenset)):
+        raise TypeError(f"suppress_ids 应是整数 id 的序列（如 (PAD, BOS) 或 ()），收到 "
+                        f"{type(suppress_ids).__name__} {suppress_ids!r:.40}")
+    ids = tuple(suppress_ids)
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            raise TypeError(f"suppress_ids 里应全是整数 id，收到 {t!r}")
+        if vocab_size is not None and not 0 <= t < vocab_size:
+            raise ValueError(f"suppress_ids 里的 id 应在 [0, {vocab_size}) 内，收到 {t}")
+    return tuple(int(t) for t in ids)

@@ -202,7 +202,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"positions 这张 RopeTables 按批大小 {positions.batch} 建成，query 的批大小是 {batch}")
             return positions
         if positions is None:
-            start = cache.k.shape[2] if cache is not None and cache.k is not None else 0
+            start = cache.cached_length() if cache is not None else 0
             positions = torch.arange(start, start + length, device=query.device)  # (T,)
         elif not isinstance(positions, torch.Tensor) or tuple(positions.shape) not in ((length,), (batch, length)):
             raise ValueError(f"positions 的形状应为 ({length},) 或 ({batch}, {length})，"
@@ -222,8 +222,8 @@ class MultiHeadAttention(nn.Module):
         if query.shape[-1] != self.d_model:
             raise ValueError(f"query 的最后一维是 {query.shape[-1]}，但这一层的 d_model={self.d_model}")
         module_dtype("query", query, self)
-        if cache is not None and cache.static and cache.k is not None:
-            same_batch(("query", query), ("cache.k", cache.k))  # 交叉注意力的 K/V 已在缓存里，key 不再使用
+        if cache is not None and cache.k is not None:  # 已缓存的 K/V 与这一步的 query 同批（交叉注意力时 key 不再使用）
+            same_batch(("query", query), ("cache.k", cache.k))
         if self_attention:
             return
         if key.shape[-1] != query.shape[-1] or value.shape[-1] != query.shape[-1]:

@@ -2,6 +2,8 @@
 
 import torch
 
+from ._checks import positive_int
+
 
 class AttentionCache:
     """一个注意力模块的缓存。
@@ -15,14 +17,21 @@ class AttentionCache:
         self.k: torch.Tensor | None = None  # (B, h, T_cached, d_k)
         self.v: torch.Tensor | None = None  # (B, h, T_cached, d_k)
 
+    def cached_length(self) -> int:
+        """已缓存的位置数（自注意力里新位置的编号从这里接着数）。"""
+        return 0 if self.k is None else self.k.shape[2]
+
     def key_length(self, new: int) -> int:
         """送来 ``new`` 个新位置时，:meth:`update` 将返回的键的个数 T_k（注意力在投影之前用它检查掩码）。"""
-        cached = 0 if self.k is None else self.k.shape[2]
+        positive_int("new", new)
+        cached = self.cached_length()
         return cached if self.static and cached else cached + new
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """存入新的 K、V（自注意力时与旧的拼接），返回这一步应使用的完整 K、V。"""
-        if self.k is not None and not self.static:
+        """存入新的 K、V，返回这一步应使用的完整 K、V：自注意力时与旧的拼接；交叉注意力只存第一次的，之后原样返回。"""
+        if self.k is not None:
+            if self.static:
+                return self.k, self.v  # (B, h, T_src, d_k)：编码器输出的 K、V 不变
             k = torch.cat([self.k, k], dim=2)  # (B, h, T_cached + T_new, d_k)
             v = torch.cat([self.v, v], dim=2)  # (B, h, T_cached + T_new, d_k)
         self.k, self.v = k, v

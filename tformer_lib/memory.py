@@ -108,6 +108,12 @@ def _sdpa_kv_bytes(config, bt: int, e: int) -> int:
     return bt * heads * config.d_k * e
 
 
+def _concat_copies(config, length: int) -> bool:
+    """快速路径拼接各头时是否复制：RoPE 旋转出的 q 是连续的 ``(B, h, T, d_k)``，SDPA 的输出随它，换回 ``(B, T, d)``
+    要复制——除非 T = 1 或 h = 1（那时转置不改变内存布局）。没有 RoPE 时 q 是转置视图，拼接与输出共用存储。"""
+    return config.positional == "rope" and length > 1 and config.n_heads > 1
+
+
 def lm_activation_bytes(
     config, batch: int, length: int, bytes_per_element: int = 4, checkpointing: bool = False
 ) -> dict[str, int]:
@@ -123,7 +129,7 @@ def lm_activation_bytes(
       快速路径（SDPA）不存 ``(B, h, T, T)``，只存 q、k、v、输出、拼接结果、每行的 logsumexp ``(B, h, T)``
       （因果掩码交给 SDPA 的 ``is_causal``，不造掩码张量）。SDPA 的输出沿用 q 的内存布局：没有 RoPE 时 q 是
       ``(B, T, h, d_k)`` 的转置视图，输出换回 ``(B, T, d)`` 不必复制，拼接结果与输出共用一份存储；RoPE 旋转出的
-      q 是连续的 ``(B, h, T, d_k)``，拼接要复制一份（测试实测）；
+      q 是连续的 ``(B, h, T, d_k)``，拼接要复制一份（T = 1 或 h = 1 时转置不改变布局，不必复制；测试实测）；
     * ``rope``：RoPE 的 cos、sin 表 ``(T, d_k/2)`` 各一份——各层的 q、k 共用同一张表，只存一次
       （激活重算时为 0：表是块内的旋转为反向保存的，随块内的激活一起不存）；
     * ``ffn``：ReLU 存 1 份 ``(B, T, d_ff)``，GELU 2 份（输入与输出），SwiGLU 4 份；
@@ -158,7 +164,7 @@ def lm_activation_bytes(
     block_inputs = 2 * btd * e  # 归一化后送进 W^Q/W^K/W^V 与 W_1 的输入
     if c.fast_attention:
         # q、k、v、输出、拼接 + lse；没有 RoPE 时输出与拼接共用一份存储（见文档字符串）；GQA 的 k、v 只有 h_kv 个头
-        attn = (3 if c.positional == "rope" else 2) * btd * e + 2 * _sdpa_kv_bytes(c, bt, e) + B * c.n_heads * T * _FP32
+        attn = (3 if _concat_copies(c, T) else 2) * btd * e + 2 * _sdpa_kv_bytes(c, bt, e) + B * c.n_heads * T * _FP32
     else:
         parts = attention_memory(B, T, T, c.d_model, c.n_heads, e)
         attn = sum(parts.values()) + 2 * T * T * _BOOL  # 两处 ~mask

@@ -100,6 +100,8 @@ def _check_rope_angles(positions, d, base) -> None:
     if not isinstance(positions, torch.Tensor) or positions.dtype == torch.bool or positions.is_complex():
         got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
         raise TypeError(f"positions 应是整数（位置插值时可为浮点）的张量，收到 {got}")
+    if positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
+        raise ValueError("positions 里有 NaN 或 inf：位置应是有限的数")
     if isinstance(d, bool) or not isinstance(d, int) or d <= 0 or d % 2:
         raise ValueError(f"d 应是正的偶数（每头维度），收到 {d!r}")
     finite_positive("base", base)
@@ -142,7 +144,8 @@ def _rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torc
     """旋转本身（不检查参数）：每一对 ``(x1, x2)`` 变成 ``(x1·cos − x2·sin, x1·sin + x2·cos)``。"""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]  # 各 (..., T, d/2)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, d)
+    rotated = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, d)
+    return rotated.contiguous()  # d = 2 时两半各一列，cat 的结果不连续，SDPA 会退回数学后端；其余情形不复制
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import one_of, positive_int
-from ..memory import _sdpa_kv_bytes, lm_activation_bytes, model_state_bytes
+from ..memory import _concat_copies, _sdpa_kv_bytes, lm_activation_bytes, model_state_bytes
 from ..quant.sizes import linear_shapes, parameter_count, weight_bytes
 from .lora import check_targets
 
@@ -106,7 +106,7 @@ def lora_activation_bytes(config, batch: int, length: int, targets=("w_q", "w_v"
         # 拼接后的输出只给 W^O 的支路用；没有 RoPE 时它与 SDPA 的输出共用存储（见 lm_activation_bytes），
         # SDPA 自己存了输出（q、k、v 要梯度）就不另占
         saves_output = q or k or v
-        concat = has["w_o"] and (c.positional == "rope" or not saves_output)
+        concat = has["w_o"] and (_concat_copies(c, T) or not saves_output)
         attention = (core if saves_output else 0) + btd * e * concat
         if c.positional == "rope" and (q or k) and not rope_saved:
             attention, rope_saved = attention + rope_tables, True

@@ -40,6 +40,10 @@ class StaticLayerCache:
         """:meth:`update` 总是返回整个缓存：T_k 是槽位数 L。"""
         return self.k.shape[2]
 
+    def cached_length(self) -> int:
+        """按槽位写入的缓存说不出“已缓存到第几个位置”（哪些槽位有效由掩码决定）：调用者要显式给出位置。"""
+        raise ValueError("StaticLayerCache 按槽位写入，没有“已缓存的长度”：请给 MultiHeadAttention 显式的 positions")
+
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """把新位置的 ``k``、``v`` ``(B, h_kv, T, d_k)`` 写进第 ``owner.slots`` 个槽位，返回整个缓存。"""
         slots = self.owner.slots  # (T,)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from .._checks import check_suppress_ids
 from ..specials import BOS, PAD
 from ..temperature import apply_temperature, check_temperature, is_greedy_temperature
 
@@ -70,7 +71,14 @@ def filter_top_p(logits: torch.Tensor, top_p: float | None) -> torch.Tensor:
 
 
 def _banned_ids(suppress_ids: Sequence[int], vocab_size: int) -> list[int]:
-    return sorted({int(t) for t in suppress_ids if 0 <= int(t) < vocab_size})
+    """``suppress_ids`` 检查后去重排序；每个 id 都要在词表 ``[0, vocab_size)`` 内。"""
+    return sorted(set(check_suppress_ids(suppress_ids, vocab_size)))
+
+
+def _check_logits(logits, layout: str) -> None:
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() < 1 or logits.shape[-1] == 0:
+        got = f"{logits.dtype} {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits 应是形状为 {layout}、V ≥ 1 的浮点张量，收到 {got}")
 
 
 def _no_choice_error(n_banned: int, vocab_size: int) -> ValueError:
@@ -81,11 +89,13 @@ def _no_choice_error(n_banned: int, vocab_size: int) -> ValueError:
 
 
 def greedy_tokens(logits: torch.Tensor, suppress_ids: Sequence[int] = (PAD, BOS)) -> torch.Tensor:
-    """贪心取词：屏蔽 ``suppress_ids`` 后每行分数最高的词，``logits`` ``(B, V)`` → ``(B,)``；并列时取 id 最小的。
+    """贪心取词：屏蔽 ``suppress_ids`` 后每行分数最高的词，``logits`` ``(..., V)`` → ``(...)``（通常是 ``(B, V)`` → ``(B,)``）；
+    并列时取 id 最小的。``suppress_ids`` 里的 id 都要在词表内。
 
     直接在 logits 上取最大者（与 Hugging Face ``generate`` 的贪心相同），不必先 softmax——softmax 不改变大小次序，
     多算一遍只是多花时间。某一行的最大值不是有限数（整行被屏蔽，或有 NaN/inf）时报错，而不是选出一个无意义的词。
     """
+    _check_logits(logits, "(..., V)")
     banned = _banned_ids(suppress_ids, logits.shape[-1])
     if banned:
         logits = logits.clone()
@@ -108,12 +118,13 @@ def next_token_distribution(
     ``temperature=0`` 是贪心的极限（独热分布）；很小的正温度也不会产生 NaN（见 :mod:`tformer_lib.temperature`）。
     """
     check_temperature("temperature", temperature)
+    _check_logits(logits, "(B, V)")
     logits = logits.float()
     banned = _banned_ids(suppress_ids, logits.shape[-1])
     if banned:
         logits = logits.clone()
         logits[..., banned] = float("-inf")
-    if not bool(torch.isfinite(logits).any(dim=-1).all()):
+    if not bool(torch.isfinite(logits.max(dim=-1).values).all()):  # 整行 −∞，或有 NaN/+inf（max 遇到 NaN 返回 NaN）
         raise _no_choice_error(len(banned), logits.shape[-1])
     logits = filter_top_p(filter_top_k(apply_temperature(logits, temperature), top_k), top_p)
     return logits.softmax(dim=-1)
@@ -174,6 +185,7 @@ def generate(
     check_top_k(top_k)
     check_top_p(top_p)
     tokens, single = _as_prompt(prompt)
+    suppress_ids = check_suppress_ids(suppress_ids, model.config.vocab_size)
     check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
     max_len = model.config.max_len
     batch, length = tokens.shape

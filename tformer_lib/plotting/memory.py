@@ -18,7 +18,7 @@ __all__ = ["plot_memory_account", "plot_precision_losses", "plot_profile", "plot
 #: 账本各项的中文名（没列出的键原样显示）
 PART_LABELS = {
     "params": "参数", "grads": "梯度", "master": "fp32 主权重", "adam_m": "Adam 一阶矩 m", "adam_v": "Adam 二阶矩 v",
-    "step": "Adam 步数", "embedding": "嵌入（词元 id）", "norms": "归一化", "linear_inputs": "线性层输入",
+    "step": "Adam 步数", "embedding": "嵌入（词元 id 与位置）", "norms": "归一化", "linear_inputs": "线性层输入",
     "attention": "注意力", "ffn": "前馈网络", "loss": "损失（log-softmax）", "block_inputs": "每块的输入",
     "activations": "激活", "rope": "RoPE 的 cos/sin 表",
 }

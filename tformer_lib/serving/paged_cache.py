@@ -202,6 +202,10 @@ class _PagedLayer(AttentionCache):
         """:meth:`update` 按块表收集 ``read_slots`` 列出的位置：T_k 是它的列数。"""
         return self.read_slots.shape[1]
 
+    def cached_length(self) -> int:
+        """各序列已缓存的长度各不相同（在块表里）：调用者要显式给出位置。"""
+        raise ValueError("分页缓存里各序列的长度不同：请给 MultiHeadAttention 显式的 positions")
+
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch, heads, length, d_k = k.shape
         flat_k = k.transpose(1, 2).reshape(batch * length, heads, d_k)  # (B·T_new, h_kv, d_k)
@@ -231,6 +235,10 @@ class _PackedLayer(AttentionCache):
     def key_length(self, new: int) -> int:
         """:meth:`update` 收集 ``read_slots`` 列出的位置：T_k 是它的长度。"""
         return self.read_slots.shape[0]
+
+    def cached_length(self) -> int:
+        """打包的一行里混着几条序列：调用者要显式给出位置。"""
+        raise ValueError("打包的分页缓存里混着几条序列：请给 MultiHeadAttention 显式的 positions")
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat_k = k[0].transpose(0, 1)  # (N, h_kv, d_k)
