@@ -81,11 +81,22 @@ def _check_logits(logits, layout: str) -> None:
         raise ValueError(f"logits 应是形状为 {layout}、V ≥ 1 的浮点张量，收到 {got}")
 
 
-def _no_choice_error(n_banned: int, vocab_size: int) -> ValueError:
-    return ValueError(
-        "某一行的 logits 在屏蔽 suppress_ids 之后没有一个有限值（全被屏蔽，或模型输出了 NaN/inf），无词元可选；"
-        f"suppress_ids 屏蔽了 {n_banned} 个 id，词表大小 {vocab_size}"
-    )
+def _suppress(logits: torch.Tensor, suppress_ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """屏蔽 ``suppress_ids``（置为 −∞，不改原张量），返回 ``(屏蔽后的 logits, 每行最大者的 id)``。
+
+    某一行的最大值不是有限数就报错：整行被屏蔽，或有 NaN/+inf（``max`` 遇到 NaN 返回 NaN，所以一次检查就够）。
+    """
+    banned = _banned_ids(suppress_ids, logits.shape[-1])
+    if banned:
+        logits = logits.clone()
+        logits[..., banned] = float("-inf")
+    best, index = logits.max(dim=-1)  # (...,), (...,)
+    if not bool(torch.isfinite(best).all()):
+        raise ValueError(
+            "某一行的 logits 在屏蔽 suppress_ids 之后没有一个有限值（全被屏蔽，或模型输出了 NaN/inf），无词元可选；"
+            f"suppress_ids 屏蔽了 {len(banned)} 个 id，词表大小 {logits.shape[-1]}"
+        )
+    return logits, index
 
 
 def greedy_tokens(logits: torch.Tensor, suppress_ids: Sequence[int] = (PAD, BOS)) -> torch.Tensor:
@@ -96,14 +107,7 @@ def greedy_tokens(logits: torch.Tensor, suppress_ids: Sequence[int] = (PAD, BOS)
     多算一遍只是多花时间。某一行的最大值不是有限数（整行被屏蔽，或有 NaN/inf）时报错，而不是选出一个无意义的词。
     """
     _check_logits(logits, "(..., V)")
-    banned = _banned_ids(suppress_ids, logits.shape[-1])
-    if banned:
-        logits = logits.clone()
-        logits[..., banned] = float("-inf")
-    best, index = logits.max(dim=-1)  # (B,), (B,)：max 遇到 NaN 返回 NaN，所以一次检查就够
-    if not bool(torch.isfinite(best).all()):
-        raise _no_choice_error(len(banned), logits.shape[-1])
-    return index
+    return _suppress(logits, suppress_ids)[1]  # (...,)
 
 
 def next_token_distribution(
@@ -119,13 +123,7 @@ def next_token_distribution(
     """
     check_temperature("temperature", temperature)
     _check_logits(logits, "(B, V)")
-    logits = logits.float()
-    banned = _banned_ids(suppress_ids, logits.shape[-1])
-    if banned:
-        logits = logits.clone()
-        logits[..., banned] = float("-inf")
-    if not bool(torch.isfinite(logits.max(dim=-1).values).all()):  # 整行 −∞，或有 NaN/+inf（max 遇到 NaN 返回 NaN）
-        raise _no_choice_error(len(banned), logits.shape[-1])
+    logits, _ = _suppress(logits.float(), suppress_ids)  # (B, V)
     logits = filter_top_p(filter_top_k(apply_temperature(logits, temperature), top_k), top_p)
     return logits.softmax(dim=-1)
 

@@ -103,12 +103,8 @@ def layer_skip_draft(model: nn.Module, n_layers: int) -> nn.Module:
     return draft
 
 
-def _greedy(logits: torch.Tensor, suppress_ids) -> torch.Tensor:
-    return greedy_tokens(logits, suppress_ids)
-
-
 def _draft_pick(logits: torch.Tensor, banned: list[int]) -> int:
-    """草稿的猜测只影响快慢、不影响结果，所以不必走 :func:`_greedy` 的完整检查：屏蔽特殊词后直接取最大者。"""
+    """草稿的猜测只影响快慢、不影响结果，所以不必走 :func:`~tformer_lib.lm.generate.greedy_tokens` 的完整检查：屏蔽特殊词后直接取最大者。"""
     logits[..., banned] = float("-inf")
     return int(logits.argmax(dim=-1))
 
@@ -168,7 +164,7 @@ def speculative_generate(
             fresh = (seq + proposal)[t_cache.length:]
             logits = target(torch.tensor([fresh], device=device), cache=t_cache)[0]  # (len(fresh), V)
             stats.target_passes += 1
-            choices = _greedy(logits[-(len(proposal) + 1):], suppress_ids).tolist()  # t_1 … t_{n_draft+1}
+            choices = greedy_tokens(logits[-(len(proposal) + 1):], suppress_ids).tolist()  # t_1 … t_{n_draft+1}
             n = 0
             while n < len(proposal) and proposal[n] == choices[n]:
                 n += 1
