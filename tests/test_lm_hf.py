@@ -343,3 +343,77 @@ def test_save_hf_is_atomic_and_does_not_clobber(tmp_path):
     with pytest.raises(ValueError, match="vocab_size"):
         save_hf(make_lm(LMConfig(8, d_model=16, n_heads=2, n_layers=1, d_ff=16)), tmp_path / "small",
                 tokenizer=CharTokenizer("春眠不觉晓"))
+
+
+@pytest.mark.parametrize("family, changes", [
+    ("mistral", dict(sliding_window=None)),
+    ("mistral", dict(sliding_window="absent")),  # 没写这个键：transformers 取缺省的 4096
+    ("mistral", dict(sliding_window="absent", max_position_embeddings=5000)),
+    ("qwen2", dict(use_sliding_window=True, sliding_window=8, max_window_layers=0, layer_types="absent")),
+    ("qwen2", dict(use_sliding_window=True, sliding_window=8, max_window_layers=2, layer_types="absent")),
+    ("qwen2", dict(use_sliding_window=True, sliding_window="absent", max_window_layers=1, layer_types="absent",
+                   max_position_embeddings=5000)),
+    ("qwen2", dict(use_sliding_window=False, sliding_window=8, layer_types=["sliding_attention"] * 2)),
+    ("llama", dict(sliding_window=8)),  # transformers 的 LLaMA 没有滑动窗口
+])
+def test_sliding_window_is_the_one_transformers_uses(hf_dirs, tmp_path, family, changes):
+    from tformer_lib.lm.hf_load import _sliding_window
+
+    path = edited(hf_dirs, tmp_path, family, **{k: v for k, v in changes.items() if v != "absent"})
+    config = json.loads((path / "config.json").read_text())
+    for key in [k for k, v in changes.items() if v == "absent"]:
+        config.pop(key, None)
+    (path / "config.json").write_text(json.dumps(config))
+    hf = transformers.AutoConfig.from_pretrained(path)
+    layer_types = getattr(hf, "layer_types", None) or ["full_attention"]
+    # transformers 的注意力用不用窗口：Qwen2 只在标成 sliding_attention 的层用，Mistral 总用，LLaMA 从不用
+    sliding = any(t == "sliding_attention" for t in layer_types) if family == "qwen2" else family == "mistral"
+    theirs = getattr(hf, "sliding_window", None) if sliding else None
+    assert _sliding_window(config) == theirs
+    if theirs is not None and theirs < config["max_position_embeddings"]:
+        with pytest.raises(UnsupportedHFConfig, match="sliding_window"):
+            load_hf(path)
+    else:
+        load_hf(path)  # 窗口（若有）不短于上下文：与 transformers 相同的普通因果注意力
+
+
+def test_end_tokens_come_from_generation_config_and_all_stop_decoding(hf_dirs, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["<pad>", "<bos>", "<eos>", "<unk>", "the", "cat", "dog", "<eot>"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = edited(hf_dirs, tmp_path, "llama", eos_token_id=2)
+    (path / "tokenizer.json").write_text(tok.to_str())
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 2], "bos_token_id": 1}))
+    _, ours = load_hf(path)
+    assert ours.eos_ids == (7, 2) and ours.eos_id == 7  # transformers 的 generate 也读 generation_config.json
+    assert ours.decode([4, 5, 7, 6]) == "the cat" and ours.decode([4, 2, 5, 7]) == "the"
+
+
+def test_an_edited_char_tokenizer_json_is_not_taken_for_ours(poem_dir, tmp_path):
+    from tokenizers import Tokenizer, normalizers
+
+    from tformer_lib.lm.hf_tokenizer import HFTokenizer
+
+    path = tmp_path / "poem_lower"
+    shutil.copytree(poem_dir[0], path)
+    tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    tok.normalizer = normalizers.Lowercase()
+    (path / "tokenizer.json").write_text(tok.to_str())
+    _, ours = load_hf(path)
+    assert isinstance(ours, HFTokenizer)  # 多了归一化：不再是本书的逐字符格式，照原样包起来
+    text = "春眠不觉晓"
+    assert ours.encode(text) == tok.encode(text, add_special_tokens=False).ids
+    assert isinstance(load_hf(poem_dir[0]).tokenizer, CharTokenizer)
+
+
+def test_a_tensor_stored_with_and_without_prefix_is_refused(hf_dirs, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path = edited(hf_dirs, tmp_path, "llama")
+    tensors = load_file(path / "model.safetensors")
+    tensors["embed_tokens.weight"] = torch.zeros_like(tensors["model.embed_tokens.weight"])
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UnsupportedHFConfig, match="embed_tokens.weight"):
+        load_hf(path)

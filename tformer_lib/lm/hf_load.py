@@ -66,16 +66,40 @@ def _rope_base(hf: dict) -> float:
     return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
+#: ``config.json`` 里没写 ``sliding_window`` 时，transformers 的 Mistral 与 Qwen2 配置取的默认窗口
+HF_DEFAULT_SLIDING_WINDOW = 4096
+
+
+def _sliding_window(hf: dict) -> int | None:
+    """transformers 实际用的滑动窗口（没有时 None），与它的配置类读同一份 ``config.json`` 的结果一致：
+
+    - ``llama`` 没有滑动窗口，这个字段即使写了也不起作用；
+    - ``mistral``：``sliding_window``，缺省为 :data:`HF_DEFAULT_SLIDING_WINDOW`，``None`` 表示不用；
+    - ``qwen2``：只在 ``use_sliding_window``（缺省 False）时有窗口，而且只用在 ``layer_types`` 标成
+      ``"sliding_attention"`` 的层——没写 ``layer_types`` 时是第 ``max_window_layers``（缺省 28）层及以后。
+    """
+    kind = hf["model_type"]
+    if kind == "llama":
+        return None
+    window = hf.get("sliding_window", HF_DEFAULT_SLIDING_WINDOW)
+    if kind == "mistral" or window is None:
+        return window
+    if not hf.get("use_sliding_window", False):
+        return None
+    layer_types = hf.get("layer_types") or [
+        "sliding_attention" if i >= hf.get("max_window_layers", 28) else "full_attention"
+        for i in range(hf["num_hidden_layers"])
+    ]
+    return window if "sliding_attention" in layer_types else None
+
+
 def _check_window(hf: dict, context: int) -> None:
     """滑动窗口（sliding window）只在窗口 ≥ 我们运行的上下文时等同于普通因果注意力。"""
-    window = hf.get("sliding_window")
-    used = hf.get("use_sliding_window", True) if hf["model_type"] == "qwen2" else True
-    layer_types = hf.get("layer_types")
-    if hf["model_type"] == "qwen2" and layer_types is not None:
-        used = "sliding_attention" in layer_types
-    if used and window is not None and window < context:
+    window = _sliding_window(hf)
+    if window is not None and window < context:
+        shown = hf.get("sliding_window", f"缺省的 {HF_DEFAULT_SLIDING_WINDOW}")
         raise _refuse(
-            "sliding_window", window,
+            "sliding_window", shown,
             f"滑动窗口注意力尚未实现；窗口不比上下文 {context} 短时才与因果注意力相同"
             f"（可用 load_hf(..., max_len={window}) 只在窗口以内运行）",
         )

@@ -74,6 +74,7 @@ def lm_to_hf_config(config: LMConfig, dtype: torch.dtype = torch.float32, specia
     c, family = config, hf_family(config)
     ids = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": c.pad_id}
     ids.update(special_ids or {})
+    ids = {k: v if v is None or v < c.vocab_size else None for k, v in ids.items()}  # 词表外的 id 不写（如 vocab_size=2 时的 EOS）
     common = {"architectures": [_ARCHITECTURES[family]], "model_type": family, "vocab_size": c.vocab_size,
               "tie_word_embeddings": c.tie_embeddings, "torch_dtype": _DTYPE_NAMES[dtype], **ids}
     if family == "gpt2":
@@ -123,6 +124,11 @@ def save_hf(model: DecoderOnlyLM, path: str | os.PathLike, tokenizer=None) -> Pa
     写出 ``config.json``、``model.safetensors``（共享词嵌入时不存 ``lm_head.weight``），给了 ``tokenizer`` 时再写
     ``tokenizer.json``（本书的字符分词器写成词级模型，``tokenizers`` 与 ``PreTrainedTokenizerFast`` 都能读）。
     ``path`` 已存在时只替换空目录或以前写的模型目录（有 ``config.json``），别的目录与文件拒绝覆盖。
+
+    ``config.json`` 里的 ``bos/eos/pad_token_id``：给了 ``tokenizer`` 时取它的（:class:`~.hf_tokenizer.HFTokenizer`
+    的 ``bos_id``/``eos_id``/``pad_id``）；没给时是本库的特殊词元 BOS=1、EOS=2 与 ``config.pad_id``——所以把一个由
+    :func:`~tformer_lib.lm.load_hf` 读进来、结束词元不是 2 的模型再写出去时，要把读到的分词器一起传进来，
+    否则 transformers 的 ``generate`` 会停在 2 上。
     """
     from safetensors.torch import save_file
 

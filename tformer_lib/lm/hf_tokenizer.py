@@ -34,18 +34,25 @@ def _tokenizers():
 class HFTokenizer:
     """``tokenizers.Tokenizer`` 的薄包装，接口与本书的分词器相同：``encode`` / ``decode`` / ``vocab_size``。
 
-    ``bos_id``、``eos_id``、``pad_id`` 来自模型目录里的 ``config.json``/``generation_config.json``
-    （没有时为 None）；生成时把 ``eos_id`` 传给 :func:`~tformer_lib.lm.generate`。
+    ``bos_id``、``eos_id``、``pad_id`` 来自模型目录里的 ``generation_config.json``，没有时取 ``config.json``
+    （与 transformers 的 ``generate`` 读的是同一份；都没有时为 None）。``eos_ids`` 是列出的全部结束词元
+    （LLaMA-3 等写成列表，transformers 遇到其中任何一个都停），``eos_id`` 是其中第一个；:meth:`decode` 遇到
+    ``eos_ids`` 里任何一个都停。:func:`~tformer_lib.lm.generate` 只认一个 ``eos_id``：对话模型要停在哪个词元
+    （如 LLaMA-3-Instruct 的 ``<|eot_id|>``），就从 ``eos_ids`` 里挑那一个传给它。
     """
 
     kind = "hf"
 
-    def __init__(self, tokenizer, bos_id: int | None = None, eos_id: int | None = None, pad_id: int | None = None):
+    def __init__(self, tokenizer, bos_id: int | None = None, eos_id: int | None = None, pad_id: int | None = None,
+                 eos_ids: tuple[int, ...] | None = None):
         tk = _tokenizers()
         if not isinstance(tokenizer, tk.Tokenizer):
             raise TypeError(f"tokenizer 应是 tokenizers.Tokenizer，收到 {type(tokenizer).__name__}")
         self.tokenizer = tokenizer
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
+        self.eos_ids = tuple(eos_ids) if eos_ids is not None else (() if eos_id is None else (eos_id,))
+        if eos_id is not None and eos_id not in self.eos_ids:
+            raise ValueError(f"eos_id={eos_id} 应在 eos_ids={self.eos_ids} 里")
 
     @property
     def vocab_size(self) -> int:
@@ -68,8 +75,9 @@ class HFTokenizer:
     def decode(self, ids, stop_at_eos: bool = True) -> str:
         """id → 文本；默认遇 ``eos_id`` 停；BOS、PAD 与标成特殊的词元不显示（与本书的分词器相同）。"""
         ids = id_list(ids, self.vocab_size)
-        if stop_at_eos and self.eos_id is not None and self.eos_id in ids:
-            ids = ids[: ids.index(self.eos_id)]
+        if stop_at_eos:
+            ends = [i for i, t in enumerate(ids) if t in self.eos_ids]
+            ids = ids[: ends[0]] if ends else ids
         hidden = {self.bos_id, self.pad_id} - {None}
         return self.tokenizer.decode([i for i in ids if i not in hidden], skip_special_tokens=True)
 
@@ -102,16 +110,22 @@ def tokenizer_json_text(tokenizer) -> str:
 
 
 def _as_char_tokenizer(data: dict) -> CharTokenizer | None:
-    """若 ``tokenizer.json`` 正是 :func:`char_tokenizer_json` 的格式，还原成 :class:`CharTokenizer`；否则 None。"""
+    """若 ``tokenizer.json`` 恰好是 :func:`char_tokenizer_json` 写出的格式，还原成 :class:`CharTokenizer`；否则 None。
+
+    “恰好”是整份文件：同一个词表用 :func:`char_tokenizer_json` 重写一遍，与读到的逐项相同——加了归一化
+    （normalizer）、后处理、别的特殊词元或截断设置的文件都不算，照原样包成 :class:`HFTokenizer`。
+    """
     model, pre = data.get("model") or {}, data.get("pre_tokenizer") or {}
     if model.get("type") != "WordLevel" or pre.get("type") != "Split" or (pre.get("pattern") or {}).get("Regex") != CHAR_PATTERN:
         return None
-    itos = sorted(model.get("vocab", {}), key=model["vocab"].get)
-    if [model["vocab"][t] for t in itos] != list(range(len(itos))) or tuple(itos[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+    vocab = model.get("vocab") or {}
+    itos = sorted(vocab, key=vocab.get)
+    if [vocab[t] for t in itos] != list(range(len(itos))) or tuple(itos[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
         return None
     if not all(len(t) == 1 for t in itos[len(SPECIAL_TOKENS):]):
         return None
-    return CharTokenizer(itos[len(SPECIAL_TOKENS):])
+    char = CharTokenizer(itos[len(SPECIAL_TOKENS):])
+    return char if json.loads(char_tokenizer_json(char)) == data else None
 
 
 def read_tokenizer_dir(path: Path, config: dict) -> CharTokenizer | HFTokenizer | None:
@@ -126,14 +140,17 @@ def read_tokenizer_dir(path: Path, config: dict) -> CharTokenizer | HFTokenizer 
     generation = Path(path) / "generation_config.json"
     extra = json.loads(generation.read_text(encoding="utf-8")) if generation.is_file() else {}
 
-    def first_id(name: str) -> int | None:
-        value = config.get(name, extra.get(name))
+    def listed(name: str) -> list[int]:
+        """``generation_config.json`` 优先（transformers 的 generate 用它），没有时取 ``config.json``；列表原样保留。"""
+        value = extra.get(name)
         if value is None:
-            value = extra.get(name)
-        if isinstance(value, list):  # LLaMA-3 等把几个结束词元写成列表：取第一个
-            value = value[0] if value else None
-        return value
+            value = config.get(name)
+        return [] if value is None else list(value) if isinstance(value, list) else [value]
 
-    return HFTokenizer(
-        _tokenizers().Tokenizer.from_str(text), first_id("bos_token_id"), first_id("eos_token_id"), first_id("pad_token_id")
-    )
+    def first(name: str) -> int | None:
+        values = listed(name)
+        return values[0] if values else None
+
+    eos = listed("eos_token_id")
+    return HFTokenizer(_tokenizers().Tokenizer.from_str(text), first("bos_token_id"), eos[0] if eos else None,
+                       first("pad_token_id"), tuple(eos))

@@ -82,6 +82,9 @@ def _gpt2_state(hf: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.T
 def _rename(hf, names: dict, prefix: str, ignored: tuple, keep: set = frozenset()) -> dict[str, torch.Tensor]:
     """按 ``names`` 改名（HF 名字可带或不带 ``prefix``）；``lm_head.weight`` 原样保留；认不出的张量报错。"""
     state, unknown = {}, []
+    doubled = sorted(key for key in hf if key.startswith(prefix) and key[len(prefix):] in hf)
+    if doubled:  # 同一个张量带前缀、不带前缀各存了一份：不知道该用哪一份，就不猜
+        raise UnsupportedHFConfig(f"这些权重带前缀 {prefix!r} 与不带前缀各有一份，不知道该用哪一份：{doubled[:8]}")
     for key, tensor in hf.items():
         short = key[len(prefix):] if key.startswith(prefix) else key
         if key == "lm_head.weight":
