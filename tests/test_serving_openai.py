@@ -234,6 +234,26 @@ def test_a_client_that_hangs_up_mid_stream_frees_its_sequence(served):
     assert engine.steps - steps_before < 30  # 没有取消的话要跑到 EOS：49 步（每步一个词元）
 
 
+def test_a_client_that_hangs_up_before_a_plain_reply_frees_its_sequences(served):
+    """不是流式的请求也一样：客户端在回复之前断开，服务取消它的全部提示，不再替没人收的回复算下去。"""
+    _, port, *_ = served
+    engine = SERVED["app"].state.worker.engine
+    free_before, steps_before = len(engine.cache.manager.free_blocks), engine.steps
+    body = json.dumps({"model": NAME, "prompt": [PROMPTS[3]] * 6, "max_tokens": 100, "temperature": 1, "seed": 3})
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body.encode())}\r\n\r\n{body}".encode())
+        deadline = time.time() + 20
+        while engine.steps - steps_before < 3 and time.time() < deadline:  # 等它真的开始生成
+            time.sleep(0.01)
+    deadline = time.time() + 20
+    while (engine.running or engine.waiting) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not engine.running and not engine.waiting
+    assert len(engine.cache.manager.free_blocks) == free_before
+    assert engine.steps - steps_before < 30  # 没有取消的话要跑到 EOS：这个种子下 49 步
+
+
 # ---------------------------------------------------------------- 原始 HTTP 的坏请求体
 def _raw_post(port, data: bytes, headers=None, path="/v1/completions", method="POST"):
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
@@ -333,3 +353,16 @@ def test_text_stream_stops_at_any_of_several_end_tokens():
     stream = TextStream(lambda ids: "".join(chr(0x4e00 + i) for i in ids), eos_id=[2, 9])
     assert stream.push(5) == chr(0x4e05) and not stream.stopped
     assert stream.push(9) == "" and stream.stopped and stream.tokens == [5, 9]
+
+
+def test_a_stop_string_is_not_matched_against_an_unfinished_character():
+    """字节级 BPE 里一个字可能跨几个词元：没收全时它解码成 \ufffd，但那不是真的文字，停止串 "\ufffd" 不能匹配它。"""
+    pieces = {5: "春", 6: "\ufffd", 7: "眠"}
+
+    def decode(ids):  # 6 与 7 合起来才是“眠”
+        return "".join(pieces[i] for i in ids).replace("\ufffd眠", "眠")
+
+    stream = TextStream(decode, stop=["\ufffd"])
+    assert [stream.push(t) for t in (5, 6, 7)] == ["春", "", "眠"] and not stream.stopped
+    broken = TextStream(decode, stop=["\ufffd"])  # 生成到此为止：那个 \ufffd 真的留在了文字里
+    assert [broken.push(t) for t in (5, 6)] == ["春", ""] and broken.finish() == "" and broken.stopped

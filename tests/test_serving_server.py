@@ -206,3 +206,39 @@ def test_default_model_is_the_shipped_poem_model():
     assert name == "tformer-poem" and eos_ids == (EOS,) and suppress_ids == (PAD, BOS)
     assert tokenizer == shipped_tokenizer
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), shipped.state_dict().values()))
+
+
+@pytest.mark.slow
+def test_forced_shutdown_answers_every_open_request_with_an_openai_error(checkpoint):
+    """SIGTERM 时还有请求在跑、宽限期（1 秒）内写不完：普通请求收到 503 与 OpenAI 的错误对象（不是 uvicorn 的纯文本
+    500），流式回复以一块错误事件和 ``data: [DONE]`` 结束（不是被拦腰截断），进程照样以 0 退出。"""
+    port = _free_port()
+    proc = _start(["--model", str(checkpoint), "--max-batch", "1", "--shutdown-timeout", "1"], port)
+    try:
+        work = {"model": "lm.pt", "prompt": [[4, 5, 6]] * 32, "max_tokens": 36, "temperature": 1, "seed": 0}
+        plain = {}
+        thread = threading.Thread(target=lambda: plain.update(reply=_post(port, work, timeout=60)))
+        thread.start()
+        body = json.dumps({**work, "stream": True})
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+            streamed = b""
+            while streamed.count(b"data: ") < 3:
+                chunk = sock.recv(65536)
+                assert chunk, streamed.decode()
+                streamed += chunk
+            proc.send_signal(signal.SIGTERM)
+            while chunk:
+                chunk = sock.recv(65536)
+                streamed += chunk
+        thread.join(timeout=60)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    status, text = plain["reply"]
+    assert status == 503 and json.loads(text)["error"]["code"] == "server_shutting_down"
+    events = [line[6:] for line in streamed.decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["code"] == "server_shutting_down"

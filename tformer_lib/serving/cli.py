@@ -143,6 +143,33 @@ def _check_args(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} 应是正的秒数，收到 {value}")
 
 
+def _server_class(uvicorn):
+    """uvicorn 的 ``Server``，关闭时多做一件事：宽限期快到时还没写完的请求都以 503 错误结束。
+
+    uvicorn 在宽限期（``--shutdown-timeout``）结束时直接取消还在跑的处理函数：普通请求收到纯文本的 500，
+    流式回复被拦腰截断、没有 ``data: [DONE]``。这里在宽限期的最后一小段（至多 0.5 秒）之前让引擎把在跑的请求
+    全部以 OpenAI 的错误对象结束，处理函数就来得及把错误（流式时再加 ``data: [DONE]``）写完。
+    """
+    import asyncio
+
+    from .openai_api import OpenAIError
+
+    class Server(uvicorn.Server):
+        worker = None
+        grace = 0.0
+
+        async def shutdown(self, sockets=None):
+            error = OpenAIError("服务正在关闭，这个请求没能写完", status=503, type="server_error", code="server_shutting_down")
+            margin = min(0.5, self.grace / 4)
+            handle = asyncio.get_running_loop().call_later(self.grace - margin, self.worker.abort_all, error)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                handle.cancel()
+
+    return Server
+
+
 def _cmd_serve(args) -> int:
     import uvicorn
 
@@ -162,7 +189,8 @@ def _cmd_serve(args) -> int:
                          stop_token_ids=eos_ids[1:], max_batch=args.max_batch, eos_id=eos_ids[0] if eos_ids else None,
                          suppress_ids=suppress_ids, adapters=adapters)
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=args.shutdown_timeout)
-        server = uvicorn.Server(config)
+        server = _server_class(uvicorn)(config)
+        server.worker, server.grace = app.state.worker, args.shutdown_timeout
         # uvicorn 处理完信号、优雅退出后会把信号再发给自己一次（好让默认处理函数结束进程）；这里装上只记一笔的
         # 处理函数，退出码就是 0，而不是被 SIGTERM 杀死或 KeyboardInterrupt 的回溯。
         received = []

@@ -107,7 +107,9 @@ class TextStream:
 
     def _send(self, full: str, final: bool) -> str:
         start = max(0, len(self.text) - max((len(s) for s in self.stop), default=0))
-        hits = [i for i in (full.find(s, start) for s in self.stop) if i >= 0]
+        # 末尾的 \ufffd 可能只是还没收全的字（下一个词元来了会变成真正的字）：没结束时只在定下来的文字里找停止串
+        settled = full if final else full.rstrip("\ufffd")
+        hits = [i for i in (settled.find(s, start) for s in self.stop) if i >= 0]
         if hits:  # 命中停止串：文字到最早的停止串为止
             self.stopped = True
             end = min(hits)

@@ -7,6 +7,9 @@
 - 坏请求得到 4xx 与 OpenAI 的错误对象 ``{"error": {"message", "type", "param", "code"}}``，服务不受影响：
   请求体超过 1 MiB（:data:`~.openai_api.MAX_BODY_BYTES`）→ 413；``body_timeout`` 秒内没收完请求体 → 408
   （只发了一半就不动的客户端不会一直占着处理函数）；不是 JSON、嵌套过深、整数过长 → 400。
+- 客户端在回复写完之前断开（流式与否都一样）：它的提示从引擎里取消，槽位与块立即让给别的请求。
+- ``serve`` 的宽限期结束时还没写完的请求（:meth:`EngineWorker.abort_all`）：普通请求得到 503 与错误对象，
+  流式回复以一块错误事件和 ``data: [DONE]`` 结束。
 
 Web 层用 Starlette + uvicorn（ASGI）；模型只在一个后台线程里运行：HTTP 处理函数把请求放进队列，
 线程每一步调度引擎（:class:`~.engine.Engine`），把新词元经事件循环送回各自的响应。``temperature=0`` 的回复
@@ -78,6 +81,10 @@ class EngineWorker:
         """让请求提前结束（停止串命中、客户端断开）；它的块由引擎线程归还。"""
         self._inbox.put(("cancel", ticket))
 
+    def abort_all(self, exc: Exception) -> None:
+        """让此刻所有在跑与排队的请求都以 ``exc`` 结束（服务要强制关闭时：客户端收到一个错误，而不是被掐断的连接）。"""
+        self._inbox.put(("abort", exc))
+
     def _send(self, ticket: Ticket, item) -> None:
         ticket.loop.call_soon_threadsafe(ticket.out.put_nowait, (ticket.tag, item))
 
@@ -89,6 +96,12 @@ class EngineWorker:
             except queue.Empty:
                 return
             timeout = 0.0
+            if kind == "abort":
+                for entry in tracked:
+                    self.engine.cancel(entry[0].request)
+                    self._send(entry[0], ticket)  # 这里的 ticket 是要送出的异常
+                tracked.clear()
+                continue
             if kind == "cancel":
                 if ticket.request is not None and any(ticket is t for t, _ in tracked):  # 仍在这个引擎里
                     self.engine.cancel(ticket.request)
@@ -148,6 +161,12 @@ async def _read_body(request, limit: int, timeout: float) -> bytes:
         raise OpenAIError(f"{timeout:g} 秒内没有收完请求体", status=408, code="request_timeout") from None
 
 
+async def _disconnected(http_request) -> None:
+    """等到客户端断开（请求体已经读完，之后 ASGI 的 receive 只会送来 ``http.disconnect``）。"""
+    while (await http_request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _sampling(request: CompletionRequest) -> Sampling | None:
     if request.temperature == 0 or request.top_p == 0:
         return None
@@ -199,7 +218,7 @@ def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer",
     也是一个模型名（与 vLLM 的 LoRA 服务相同）：``model`` 字段选哪个适配器，``model_name`` 本身是底座。"""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     worker = EngineWorker(model, **engine_options)
@@ -250,12 +269,23 @@ def create_app(model: nn.Module, tokenizer=None, *, model_name: str = "tformer",
 
             return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         texts, finishes, streams = [""] * len(request.prompts), [None] * len(request.prompts), [None] * len(request.prompts)
-        try:
+
+        async def collect():
             async for tag, delta, finish, stream in _events(worker, request, codec, eos_ids, adapter):
                 texts[tag] += delta
                 finishes[tag], streams[tag] = finish, stream
-        except Exception as exc:
-            return error(as_openai_error(exc))
+
+        work, gone = asyncio.ensure_future(collect()), asyncio.ensure_future(_disconnected(http_request))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, gone):
+                task.cancel()  # 客户端走了：_events 退出时取消这些请求，它们的槽位与块立即让给别人
+            results = await asyncio.gather(work, gone, return_exceptions=True)
+        if isinstance(results[0], asyncio.CancelledError):
+            return Response(status_code=499)  # 客户端已断开，这个回复没人收
+        if isinstance(results[0], Exception):
+            return error(as_openai_error(results[0]))
         choices = [choice_body(i, texts[i], finishes[i], streams[i].tokens) for i in range(len(texts))]
         completion_tokens = sum(len(s.tokens) for s in streams)
         return JSONResponse(completion_body(completion_id, now, served, choices, prompt_tokens, completion_tokens))
