@@ -417,3 +417,63 @@ def test_a_tensor_stored_with_and_without_prefix_is_refused(hf_dirs, tmp_path):
     save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(UnsupportedHFConfig, match="embed_tokens.weight"):
         load_hf(path)
+
+
+@pytest.mark.parametrize("family, changes, field", [
+    ("llama", dict(num_attention_heads=0), "num_attention_heads"),
+    ("llama", dict(num_attention_heads=3), "num_attention_heads"),  # 32 不能被 3 整除
+    ("llama", dict(num_key_value_heads=3), "num_key_value_heads"),
+    ("llama", dict(hidden_size="32"), "hidden_size"),
+    ("llama", dict(vocab_size=None), "vocab_size"),
+    ("qwen2", dict(torch_dtype="int8", dtype=None), "dtype|torch_dtype"),
+    ("llama", dict(quantization_config={"quant_method": "gptq", "bits": 4}), "quantization_config"),
+    ("gpt2", dict(n_inner=0), "n_inner"),
+    ("gpt2", dict(n_head=5), "n_head"),
+])
+def test_bad_config_values_are_named(hf_dirs, tmp_path, family, changes, field):
+    path = edited(hf_dirs, tmp_path, family, **{k: v for k, v in changes.items() if v is not None})
+    config = json.loads((path / "config.json").read_text())
+    for key in [k for k, v in changes.items() if v is None]:
+        config.pop(key, None)
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=field):
+        load_hf(path)
+
+
+def test_unreadable_config_files_and_arguments_are_named(hf_dirs, tmp_path):
+    path = edited(hf_dirs, tmp_path, "llama")
+    with pytest.raises(FileNotFoundError, match="是一个文件"):
+        load_hf(path / "config.json")
+    (path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="JSON 对象"):
+        load_hf(path)
+    (path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="config.json"):
+        load_hf(path)
+    with pytest.raises(TypeError, match="dtype"):
+        load_hf(hf_dirs["llama"][0], dtype=torch.float8_e4m3fn)
+    model, _ = load_hf(hf_dirs["gpt2"][0])
+    with pytest.raises(TypeError, match="tokenizer"):
+        save_hf(model, tmp_path / "out", tokenizer="not a tokenizer")
+
+
+def test_integer_weights_are_refused_by_name(hf_dirs, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path = edited(hf_dirs, tmp_path, "llama")
+    tensors = load_file(path / "model.safetensors")
+    tensors["model.norm.weight"] = tensors["model.norm.weight"].to(torch.int32)
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UnsupportedHFConfig, match="model.norm.weight"):
+        load_hf(path)
+
+
+def test_a_missing_context_length_is_transformers_default(hf_dirs, tmp_path):
+    for family, default in (("qwen2", 32768), ("mistral", 131072)):
+        path = edited(hf_dirs, tmp_path, family, sliding_window=None)
+        config = json.loads((path / "config.json").read_text())
+        del config["max_position_embeddings"]
+        (path / "config.json").write_text(json.dumps(config))
+        assert transformers.AutoConfig.from_pretrained(path).max_position_embeddings == default
+        assert load_hf(path).model.config.max_len == default
+        shutil.rmtree(path)

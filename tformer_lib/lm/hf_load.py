@@ -51,6 +51,20 @@ def _refuse(field: str, value, expected: str) -> UnsupportedHFConfig:
     return UnsupportedHFConfig(f"Hugging Face 配置的字段 {field}={value!r} 不受支持：{expected}")
 
 
+def _int(hf: dict, field: str, default=None) -> int:
+    """``config.json`` 里应为正整数的字段；缺了（又没有缺省值）或不是正整数时报错并写明字段。"""
+    if field not in hf and default is None:
+        raise UnsupportedHFConfig(f"config.json 缺少字段 {field}（transformers 会悄悄取它的缺省值；这里不猜）")
+    value = hf.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _refuse(field, value, "应是正整数")
+    return value
+
+
+#: ``config.json`` 没写上下文长度时，transformers 各家族配置类的缺省值
+HF_DEFAULT_CONTEXT = {"llama": 2048, "qwen2": 32768, "mistral": 4096 * 32}
+
+
 def _rope_base(hf: dict) -> float:
     """RoPE 的 base（θ）：新版写在 ``rope_parameters``，旧版是顶层的 ``rope_theta`` 与 ``rope_scaling``。"""
     scaling = hf.get("rope_scaling")
@@ -117,7 +131,12 @@ def hf_to_lm_config(hf: dict, max_len: int | None = None) -> LMConfig:
         return _gpt2_config(hf, max_len)
     if hf.get("hidden_act", "silu") != "silu":
         raise _refuse("hidden_act", hf["hidden_act"], f"{kind} 的门控前馈网络只支持 'silu'（SwiGLU）")
-    d_model, heads = hf["hidden_size"], hf["num_attention_heads"]
+    d_model, heads = _int(hf, "hidden_size"), _int(hf, "num_attention_heads")
+    if d_model % heads:
+        raise _refuse("num_attention_heads", heads, f"hidden_size={d_model} 应能被它整除")
+    kv_heads = heads if hf.get("num_key_value_heads") is None else _int(hf, "num_key_value_heads")
+    if heads % kv_heads:
+        raise _refuse("num_key_value_heads", kv_heads, f"num_attention_heads={heads} 应能被它整除")
     head_dim = hf.get("head_dim")
     if head_dim is not None and head_dim * heads != d_model:
         raise _refuse("head_dim", head_dim, f"只支持 head_dim = hidden_size / num_attention_heads = {d_model / heads:g}")
@@ -126,13 +145,13 @@ def hf_to_lm_config(hf: dict, max_len: int | None = None) -> LMConfig:
         ffn_bias = hf.get("mlp_bias", False)
     else:  # Qwen2 的 q/k/v 有偏置、W^O 与 FFN 没有；Mistral 全无（两者都写死在 transformers 的代码里）
         qkv_bias, out_bias, ffn_bias = kind == "qwen2", False, False
-    limit = hf.get("max_position_embeddings", 2048)
+    limit = _int(hf, "max_position_embeddings", HF_DEFAULT_CONTEXT[kind])
     context = _context(max_len, limit, "max_position_embeddings")
     _check_window(hf, context)
     return LMConfig(
-        vocab_size=hf["vocab_size"], d_model=d_model, n_heads=heads,
-        n_kv_heads=hf.get("num_key_value_heads") or heads, n_layers=hf["num_hidden_layers"],
-        d_ff=hf["intermediate_size"], max_len=context, positional="rope", norm="rms", norm_first=True,
+        vocab_size=_int(hf, "vocab_size"), d_model=d_model, n_heads=heads,
+        n_kv_heads=kv_heads, n_layers=_int(hf, "num_hidden_layers"),
+        d_ff=_int(hf, "intermediate_size"), max_len=context, positional="rope", norm="rms", norm_first=True,
         activation="swiglu", tie_embeddings=bool(hf.get("tie_word_embeddings", False)), dropout=0.0, fast_attention=True,
         rope_base=_rope_base(hf), qkv_bias=qkv_bias, out_bias=out_bias, ffn_bias=ffn_bias,
         norm_eps=float(hf.get("rms_norm_eps", 1e-6)), pad_id=_pad_id(hf),
@@ -147,10 +166,13 @@ def _gpt2_config(hf: dict, max_len: int | None) -> LMConfig:
                           ("add_cross_attention", False)):
         if hf.get(field, wanted) != wanted:
             raise _refuse(field, hf[field], f"只支持 {wanted}（标准 GPT-2 的缩放点积自注意力）")
-    d_model = hf["n_embd"]
+    d_model, heads = _int(hf, "n_embd"), _int(hf, "n_head")
+    if d_model % heads:
+        raise _refuse("n_head", heads, f"n_embd={d_model} 应能被它整除")
+    d_ff = 4 * d_model if hf.get("n_inner") is None else _int(hf, "n_inner")
     return LMConfig(
-        vocab_size=hf["vocab_size"], d_model=d_model, n_heads=hf["n_head"], n_layers=hf["n_layer"],
-        d_ff=hf.get("n_inner") or 4 * d_model, max_len=_context(max_len, hf["n_positions"], "n_positions"),
+        vocab_size=_int(hf, "vocab_size"), d_model=d_model, n_heads=heads, n_layers=_int(hf, "n_layer"),
+        d_ff=d_ff, max_len=_context(max_len, _int(hf, "n_positions"), "n_positions"),
         positional="learned", norm="layer", norm_first=True, activation=_GPT2_ACTIVATIONS[act],
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)), dropout=0.0, fast_attention=True,
         norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)), pad_id=_pad_id(hf),
@@ -193,14 +215,19 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 def _resolve_dtype(dtype, hf: dict):
     if dtype is None:
-        name = hf.get("dtype", hf.get("torch_dtype"))
-        return _DTYPES.get(name, torch.float32) if isinstance(name, str) else torch.float32
+        field = "dtype" if "dtype" in hf else "torch_dtype"
+        name = hf.get(field)
+        if name is None:
+            return torch.float32
+        if name not in _DTYPES:
+            raise _refuse(field, name, f"只认 {sorted(_DTYPES)}（或不写，按 float32 读）；也可以给 load_hf 的 dtype 参数")
+        return _DTYPES[name]
     if isinstance(dtype, str):
         if dtype not in _DTYPES:
             raise ValueError(f"dtype 应是 torch.dtype 或 {sorted(_DTYPES)} 之一，收到 {dtype!r}")
         return _DTYPES[dtype]
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype 应是浮点的 torch.dtype、它的名字或 None，收到 {dtype!r}")
+    if not isinstance(dtype, torch.dtype) or dtype not in _DTYPES.values():
+        raise TypeError(f"dtype 应是 {sorted(_DTYPES)} 之一的 torch.dtype、它的名字或 None，收到 {dtype!r}")
     return dtype
 
 
@@ -221,12 +248,24 @@ def load_hf(path: str | os.PathLike, dtype=None, *, max_len: int | None = None) 
     """
     path = Path(path)
     config_file = path / "config.json"
+    if path.is_file():
+        raise FileNotFoundError(f"{path} 是一个文件：load_hf 要的是 Hugging Face 模型的目录（里面有 config.json）")
     if not config_file.is_file():
         raise FileNotFoundError(f"{path} 不是 Hugging Face 模型目录：缺少 config.json")
-    hf = json.loads(config_file.read_text(encoding="utf-8"))
+    try:
+        hf = json.loads(config_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{config_file} 不是合法的 JSON：{exc}") from exc
+    if not isinstance(hf, dict):
+        raise ValueError(f"{config_file} 应是一个 JSON 对象，收到 {type(hf).__name__}")
+    if hf.get("quantization_config") is not None:
+        raise _refuse("quantization_config", hf["quantization_config"], "量化过的检查点（GPTQ、AWQ、bitsandbytes……）读不了")
     config = hf_to_lm_config(hf, max_len)
     dtype = _resolve_dtype(dtype, hf)
     tensors = _read_safetensors(path)
+    not_float = sorted(k for k, t in tensors.items() if not t.is_floating_point())
+    if not_float:
+        raise UnsupportedHFConfig(f"这些权重不是浮点数（{tensors[not_float[0]].dtype}）：{not_float[:8]}")
     state = hf_to_lm_state(hf["model_type"], tensors, config.n_layers)
     if config.tie_embeddings:
         head = state.pop("lm_head.weight", None)  # 共享时 HF 通常不存它；存了就必须与词嵌入相同

@@ -94,9 +94,10 @@ def lm_to_hf_config(config: LMConfig, dtype: torch.dtype = torch.float32, specia
 
 def _tokenizer_files(tokenizer, model_vocab: int, max_len: int) -> tuple[dict[str, str], dict]:
     """分词器 → 要写的文件 ``{名字: 文本}`` 与 config 里的特殊 id。"""
+    text = tokenizer_json_text(tokenizer)  # 不是可导出的分词器时，这里报出清楚的 TypeError
     if tokenizer.vocab_size > model_vocab:
         raise ValueError(f"tokenizer 的词表有 {tokenizer.vocab_size} 个词元，比模型的 vocab_size={model_vocab} 多")
-    files = {"tokenizer.json": tokenizer_json_text(tokenizer)}
+    files = {"tokenizer.json": text}
     if isinstance(tokenizer, CharTokenizer):  # 特殊词元用本库的名字；AutoTokenizer 由 tokenizer_config.json 认出它
         pad, bos, eos, unk = SPECIAL_TOKENS
         files["tokenizer_config.json"] = json.dumps(
