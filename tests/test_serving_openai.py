@@ -164,6 +164,9 @@ def test_seed_makes_sampling_reproducible_and_equal_to_generate(served):
     (dict(prompt=[]), "prompt"),
     (dict(extra_body={"beam_width": 3}), "beam_width"),
     (dict(extra_body={"max_new_tokens": 3}, max_tokens=3), "max_tokens"),
+    (dict(n=1.0), "n"),  # 与 max_tokens 一样要整数
+    (dict(user=5), "user"),
+    (dict(stream=True, stream_options={"include_usage": "yes"}), "stream_options"),
 ])
 def test_bad_requests_raise_bad_request_error_and_the_server_keeps_working(served, kwargs, param):
     client, _, model, tokenizer = served

@@ -7,10 +7,13 @@
   ``stop``（字符串或至多 4 个字符串）、``seed``（同一种子、同一请求，结果相同）、``stream``、
   ``stream_options``（``{"include_usage": true}`` 在 ``[DONE]`` 前多发一块用量）；
 - **只接受默认值**（给别的值就 400）：``n=1``、``best_of=1``、``echo=false``、``logprobs=null``、
-  ``frequency_penalty=0``、``presence_penalty=0``、``logit_bias={}``、``suffix=null``；
-- **接受但忽略**：``user``（调用方的标识，只用于记录）；
+  ``frequency_penalty=0``、``presence_penalty=0``、``logit_bias={}``、``suffix=null``（``n``、``best_of`` 要整数 1）；
+- **接受但忽略**：``user``（调用方的标识字符串，只用于记录）；
 - **本库的扩展**：``prompt_ids``（词元 id，等同于 id 形式的 ``prompt``）、``max_new_tokens``（``max_tokens`` 的别名）；
-  回复的每个 ``choices[i]`` 多一个 ``token_ids``（生成的词元 id，含结束词元）。
+  非流式回复的每个 ``choices[i]`` 多一个 ``token_ids``（生成的词元 id，含结束词元；流式的块里没有）。
+
+``seed`` 交给 ``torch.Generator.manual_seed``：PyTorch 的 CPU 生成器（梅森旋转）只用种子的低 32 位，所以模 2³² 相同的
+种子给出相同的结果。
 
 字段值为 ``null`` 等同于没给。错误回复是 OpenAI 的错误对象
 ``{"error": {"message", "type", "param", "code"}}``，状态码 4xx。
@@ -194,8 +197,12 @@ def parse_completion_request(body, *, model_name, vocab_size: int, max_len: int,
         raise OpenAIError(f"不认识的字段：{unknown}；支持的字段见 tformer_lib.serving.openai_api 的说明", unknown[0])
     for name, default in _DEFAULT_ONLY.items():
         value = body.get(name)
-        if value is not None and not (value == default and isinstance(value, bool) == isinstance(default, bool)):
+        same_kind = isinstance(value, bool) == isinstance(default, bool) and (name not in ("n", "best_of")
+                                                                              or isinstance(value, int))
+        if value is not None and not (value == default and same_kind):
             raise OpenAIError(f"这个服务只支持 {name}={_short(default)}，收到 {_short(value)}", name, code="unsupported_value")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise OpenAIError(f"user 应是字符串（调用方的标识），收到 {_short(body['user'])}", "user")
     model = body.get("model")
     if not isinstance(model, str):
         raise OpenAIError(f"model 应是模型名字符串（本服务的是 {shown!r}，见 GET /v1/models），收到 {_short(model)}",
@@ -213,7 +220,10 @@ def parse_completion_request(body, *, model_name, vocab_size: int, max_len: int,
     if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}):
         raise OpenAIError(f"stream_options 只能与 stream=true 一起给，形如 {{\"include_usage\": true}}，收到 {_short(options)}",
                           "stream_options")
-    include_usage = _bool(options or {}, "include_usage")
+    try:
+        include_usage = _bool(options or {}, "include_usage")
+    except OpenAIError as exc:
+        raise OpenAIError(f"stream_options.{exc.message}", "stream_options") from None
     request = CompletionRequest(prompts=_prompts(body, codec), max_tokens=max_tokens,
                                 temperature=_number(body, "temperature", 1.0, 0, 2), top_p=_number(body, "top_p", 1.0, 0, 1),
                                 stop=_stop(body), seed=_int(body, "seed", *_SEED_RANGE), stream=stream,
