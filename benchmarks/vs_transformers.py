@@ -11,7 +11,10 @@
 - **贪心解码**：8 个词元的提示接着生成 64 个，批大小 1 与 16；我们的一栏是第 9 章的 ``generate``（eager）和
   第 14 章编译的静态缓存（``StaticDecoder``，编译时间单独报告），对面是 ``LlamaForCausalLM.generate``；
 - **服务**：同一组长短不一的请求（提示 4–24 个词元、各要 8–48 个新词元），我们的引擎（连续批处理 + 分页缓存，
-  第 13 章）对 ``generate`` 按 8 条一批左填充的静态批次；吞吐只数请求真正要的词元。
+  第 13 章；``max_batch=8``）对 ``generate`` 按 8 条一批左填充的静态批次；吞吐只数请求真正要的词元。引擎测两种步：
+  eager，和编译的固定形状步（``decode_step="compiled"``，:mod:`tformer_lib.serving.decode_step`；编译时间单独报告）；
+  再加一行“同样的 K/V 内存”：分页缓存的块数取 transformers 那几批的峰值位置数（一批左填充到最宽的提示、再长到最长
+  的要求），``max_batch`` 放到 16——分页只给实际长度分块，同样多的内存里能同时跑更多条。
 
 每条路径的词元都与我们单独贪心生成的相同（结果里的 ``identical``）。最后一行：各项的“我们 / transformers”比值。
 
@@ -113,6 +116,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
     from tformer_lib.serving import Engine
     from tformer_lib.serving.engine import Request
 
+    torch._dynamo.reset()  # 每种大小从零编译：上一种大小的图不占 Dynamo 的重编译名额
     ours, theirs = build_pair(size)
     vocab, context = SIZES[size][0], SIZES[size][-1]
     g = torch.Generator().manual_seed(1)
@@ -179,19 +183,37 @@ def run(size: str, rounds: int, quick: bool) -> dict:
     useful = sum(n for _, n in requests)
     want = [generate(ours, torch.tensor(p), n, method="greedy").tolist() for p, n in requests]
 
-    def engine_run():
+    def engine_run(decode_step, **options):
         reqs = [Request(list(p), n) for p, n in requests]
-        Engine(ours, max_batch=8).run(reqs)
+        Engine(ours, decode_step=decode_step, **{"max_batch": 8, **options}).run(reqs)
         return [r.output for r in reqs]
 
-    identical = {"engine": engine_run() == want, "transformers": _hf_static_batches(theirs, requests, 8) == want}
+    # 同样的 K/V 内存：transformers 的一批左填充到最宽的提示、再一起长到最长的要求，峰值是最大那批的 行数 × 总宽；
+    # 分页缓存只给实际长度分块，同样多的位置能同时放下更多条序列（max_batch 放到 16，由块数限制）
+    hf_positions = max(len(g) * (max(len(p) for p, _ in g) + max(n for _, n in g))
+                       for g in (requests[i:i + 8] for i in range(0, len(requests), 8)))
+    same_memory = {"max_batch": 16, "num_blocks": hf_positions // 16, "block_size": 16}
+
+    compiled_step = "fixed" if quick else "compiled"  # --quick 不编译，但走同一个固定形状的函数
+    start = time.perf_counter()
+    identical = {"engine_compiled": engine_run(compiled_step) == want}  # 第一次跑：编译解码与各预填充长度的图
+    compile_seconds = time.perf_counter() - start
+    identical |= {"engine": engine_run("eager") == want, "transformers": _hf_static_batches(theirs, requests, 8) == want,
+                  "engine_compiled_same_kv_memory": engine_run(compiled_step, **same_memory) == want}
+    paths = {"engine": lambda: engine_run("eager"), "engine_compiled": lambda: engine_run(compiled_step),
+             "engine_compiled_same_kv_memory": lambda: engine_run(compiled_step, **same_memory),
+             "transformers": lambda: _hf_static_batches(theirs, requests, 8)}
     with torch.no_grad():
-        times = interleaved_samples({"engine": engine_run, "transformers": lambda: _hf_static_batches(theirs, requests, 8)},
-                                    rounds, warmup=1)
+        times = interleaved_samples(paths, rounds, warmup=1)
     result["serving"] = {"requests": len(requests), "useful_tokens": useful,
                          "tokens_per_second": {k: _summary([useful / t for t in v]) for k, v in times.items()},
                          "engine/transformers_throughput": ratio_summary(times["transformers"], times["engine"]),
-                         "identical_to_our_greedy": identical}
+                         "engine_compiled/transformers_throughput": ratio_summary(times["transformers"],
+                                                                                  times["engine_compiled"]),
+                         "engine_compiled_same_kv_memory/transformers_throughput": ratio_summary(
+                             times["transformers"], times["engine_compiled_same_kv_memory"]),
+                         "same_kv_memory": {"positions": hf_positions, **same_memory},
+                         "engine_compile_seconds": compile_seconds, "identical_to_our_greedy": identical}
     return result
 
 
@@ -221,11 +243,15 @@ def main(argv=None) -> int:
               f"预填充 {r['prefill']['ours/transformers']['median']:.2f}×，"
               f"B=1 解码 generate {d1['generate/transformers']['median']:.2f}× / 编译 {d1['compiled/transformers']['median']:.2f}×，"
               f"B=16 解码 generate {r['decode']['B16']['generate/transformers']['median']:.2f}×，"
-              f"引擎吞吐 {r['serving']['engine/transformers_throughput']['median']:.2f}× transformers；"
+              f"引擎吞吐 {r['serving']['engine/transformers_throughput']['median']:.2f}× transformers"
+              f"（编译的固定形状步 {r['serving']['engine_compiled/transformers_throughput']['median']:.2f}×，"
+              f"同样的 K/V 内存、至多 16 条 {r['serving']['engine_compiled_same_kv_memory/transformers_throughput']['median']:.2f}×）；"
               f"词元相同 {r['decode']['B1']['identical_to_our_greedy']}、{r['serving']['identical_to_our_greedy']}")
         summary.append(f"{r['size']}: train {r['train_step']['ours/transformers']['median']:.2f}×, "
                        f"decode-B1 {d1['generate/transformers']['median']:.2f}× (compiled {d1['compiled/transformers']['median']:.2f}×), "
-                       f"engine {r['serving']['engine/transformers_throughput']['median']:.2f}× tokens/s")
+                       f"engine {r['serving']['engine/transformers_throughput']['median']:.2f}× tokens/s "
+                       f"(compiled {r['serving']['engine_compiled/transformers_throughput']['median']:.2f}×, "
+                       f"same KV memory {r['serving']['engine_compiled_same_kv_memory/transformers_throughput']['median']:.2f}×)")
     print("ours/transformers — " + "; ".join(summary))
     differ = [f"{r['size']} {where}" for r in result["sizes"]
               for where, flags in [("B1", r["decode"]["B1"]["identical_to_our_greedy"]),

@@ -183,6 +183,19 @@ def test_llama2_7b_against_hand_closed_forms():
     assert s["decode_bytes"] > 2 * weights + T * 2 * L * d * 2  # 至少读一遍 fp16 权重与整个缓存
 
 
+def test_decode_time_only_where_the_weights_fit_on_the_card():
+    s = serving_row("llama-2-70b")
+    weights = 2 * s["params"]  # fp16
+    assert weights > 80 * 10**9 and weights + s["kv_fp16_session_bytes"] <= ACCELERATORS["H200-SXM"]["memory_bytes"]
+    assert s["decode_ms_A100-80GB-SXM"] is None and s["decode_ms_H100-SXM"] is None
+    assert s["decode_ms_H200-SXM"] == pytest.approx(1e3 * s["decode_bytes"] / ACCELERATORS["H200-SXM"]["bandwidth"])
+    # 权重那份字节只数矩阵乘法的权重（输入嵌入是查表、归一化的增益不算），所以小于 2 × 参数数
+    seven = serving_row("llama-2-7b")
+    L, d, V, f = 32, 4096, 32000, 11008
+    assert seven["decode_weight_bytes"] == 2 * (L * (4 * d * d + 3 * d * f) + d * V)
+    assert 0.8 < seven["decode_weight_bytes"] / seven["decode_bytes"] < 2 * seven["params"] / seven["decode_bytes"]
+
+
 def test_llama2_70b_gqa_and_layouts():
     p = parameter_row("llama-2-70b")
     assert p["kv_bytes_per_token"] == 2 * 80 * 8 * 128 * 2 and p["kv_bytes_per_token_mha"] == 2 * 80 * 8192 * 2

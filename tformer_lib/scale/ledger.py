@@ -209,7 +209,8 @@ def serving_row(model: str | LMConfig, context: int = 4096, memory_bytes: int = 
     """第 13 章：``context`` 长的会话，每 ``memory_bytes`` 的 K/V 缓存能容纳几个（fp16 与 int8、模型自己的 K/V 头与
     “假如是 MHA”）、一张卡放下 fp16 权重后还能放几个（放不下记 0）；以及 batch 1 解码一个词元的屋顶线时间
     （fp16 权重与缓存，:func:`~tformer_lib.serving.roofline.decode_cost` 的 FLOPs 与字节，按
-    :data:`~tformer_lib.scale.accelerators.ACCELERATORS` 的峰值与带宽）。"""
+    :data:`~tformer_lib.scale.accelerators.ACCELERATORS` 的峰值与带宽；fp16 权重加一个会话的缓存放不进那张卡的
+    显存时记 None——单卡根本跑不起来）。``decode_weight_bytes`` 是这一步搬动的字节里权重的那份。"""
     name, c = resolve_model(model)
     n = _params(c)["total"]
     ctx = _context(c, context)
@@ -224,10 +225,12 @@ def serving_row(model: str | LMConfig, context: int = 4096, memory_bytes: int = 
     row["sessions_fp16_beside_weights"] = max(0, (memory_bytes - weights) // row["kv_fp16_session_bytes"])
     cost = decode_cost(c, 1, ctx, bytes_per_element=2)
     row["decode_flops"], row["decode_bytes"] = cost["flops"], cost["bytes"]
+    row["decode_weight_bytes"] = cost["bytes_parts"]["weights"]
     for acc in accelerators:
         if acc not in ACCELERATORS:
             raise ValueError(f"accelerators 里的 {acc!r} 不在 {sorted(ACCELERATORS)} 里")
         spec = ACCELERATORS[acc]
         seconds = cost["flops"] / attainable_flops(cost["intensity"], spec["bf16_flops"], spec["bandwidth"])
-        row[f"decode_ms_{acc}"] = 1e3 * seconds
+        fits = weights + row["kv_fp16_session_bytes"] <= spec["memory_bytes"]
+        row[f"decode_ms_{acc}"] = 1e3 * seconds if fits else None
     return row

@@ -33,11 +33,14 @@ from ..lm.generate import check_eos_id
 from ..specials import BOS, PAD
 from .._checks import flag
 from ._validate import check_model, check_suppress_ids
+from .decode_step import PagedDecodeStep
 from .paged_cache import PagedKVCache
 from .ragged import check_prompts
 from .sampling import Sampling, pick_tokens
 
-__all__ = ["Request", "Engine"]
+__all__ = ["Request", "Engine", "DECODE_STEPS"]
+
+DECODE_STEPS = ("eager", "fixed", "compiled")
 
 
 @dataclass
@@ -68,13 +71,18 @@ class Engine:
     ``min_prefill``：至少空出这么多槽位（或没有序列在跑、或已无更多请求在等）才接纳新请求，让几条提示攒在同一步
     预填充；预填充与解码本来就在同一次前向里（见 :meth:`step`），默认 1 = 一有空槽位就补进来。
     ``adapters``：装在 ``model`` 上的 :class:`~tformer_lib.finetune.multi_lora.AdapterSet`（请求用 ``adapter=`` 选）。
+    ``decode_step``：每一步的前向怎么算——``"eager"``（默认）按这一步的实际行数与长度逐算子执行，解码与预填充
+    打包在一次前向里；``"compiled"`` 用 :class:`~.decode_step.PagedDecodeStep` 的固定形状图：解码是 ``max_batch``
+    行一张图，每条新请求的预填充按补齐后的长度（几种 2 的幂）各一张图，编译一次之后每步复用（每种形状第一次要编译
+    十几秒）；``"fixed"`` 是同一个固定形状的函数但不编译（核对用）。三者生成的词元相同（测试核对）。
+    有带适配器的请求的步总是走 eager。
     引擎只做推理，第一步时会把模型切到 eval 模式。
     """
 
     def __init__(self, model: nn.Module, *, max_batch: int = 8, token_budget: int | None = None,
                  block_size: int = 16, num_blocks: int | None = None, prefix_caching: bool = True,
                  eos_id: int | None = None, suppress_ids: Sequence[int] = (PAD, BOS), min_prefill: int = 1,
-                 adapters=None):
+                 adapters=None, decode_step: str = "eager"):
         check_model("model", model)
         if adapters is not None:  # 只用它的 index/route/model（不 import 第四部分的 finetune：层次只向下）
             if not all(hasattr(adapters, a) for a in ("index", "route", "model")):
@@ -101,6 +109,11 @@ class Engine:
         self.eos_id, self.suppress_ids, self.min_prefill = eos_id, tuple(suppress_ids), min_prefill
         self.adapters = adapters
         self.cache = PagedKVCache(model, num_blocks, block_size, prefix_caching)
+        if decode_step not in DECODE_STEPS:
+            raise ValueError(f"decode_step 应是 {DECODE_STEPS} 之一，收到 {decode_step!r}")
+        self.decode_step = decode_step
+        self._fixed = None if decode_step == "eager" else \
+            PagedDecodeStep(model, max_batch, self.suppress_ids, compile=decode_step == "compiled")
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}  # 槽位号 → 请求
         self.steps = 0
@@ -263,15 +276,47 @@ class Engine:
         """调度一步：先接纳新请求，再让运行中的序列（各解码一个词元）与新请求（预填充）一起做**一次**前向。
 
         有预填充时打包成一行、不补齐，所以预填充不会让解码行陪着算到最长提示那么长，也不必为预填充另做一次前向
-        （每次前向都有固定开销，小模型在 CPU 上尤其明显）。
+        （每次前向都有固定开销，小模型在 CPU 上尤其明显）。``decode_step="compiled"`` 时改走编译好的固定形状图
+        （见 :meth:`_fixed_forward`）：那里每次前向的开销小，解码与各条预填充分开算更省。
         """
         if self.model.training:  # 引擎只做推理：切到 eval 模式（每步都调用 eval() 本身就要遍历所有子模块）
             self.model.eval()
         work = [(slot, r, [r.output[-1]]) for slot, r in sorted(self.running.items())]  # 解码：每行送入上一个词元
-        work += self._admit()  # 预填充：送入提示中没被前缀缓存覆盖的部分
-        if work:
-            self._forward(work)
+        admitted = self._admit()  # 预填充：送入提示中没被前缀缓存覆盖的部分
+        if self._fixed is not None and all(r.adapter is None for _, r, _ in work + admitted):
+            self._fixed_forward(work, admitted)
+        elif work or admitted:
+            self._forward(work + admitted)
         self.steps += 1
+
+    def _fixed_forward(self, work: list[tuple[int, Request, list[int]]],
+                       admitted: list[tuple[int, Request, list[int]]]) -> None:
+        """用固定形状的 :class:`~.decode_step.PagedDecodeStep`：运行中的序列一起解码一步（每个槽位一行，空槽位也算），
+        新接纳的请求按接纳的次序各自预填充（同一步后接纳的请求共用的前缀块，此时已由前面的请求写好）。"""
+        manager = self.cache.manager
+        picked: list[tuple[int, Request, torch.Tensor, torch.Tensor, int]] = []  # (槽位, 请求, logits, 贪心, 行)
+        if work:
+            rows = {}
+            for slot, request, (token,) in work:
+                position = manager.lengths[request.request_id]
+                write = manager.append_slots(request.request_id, 1)[0]
+                rows[slot] = (token, position, write, manager.tables[request.request_id])
+            logits, greedy = self._fixed.decode(self.cache, rows)  # (max_batch, V), (max_batch,)
+            picked += [(slot, request, logits, greedy, slot) for slot, request, _ in work]
+        for slot, request, tokens in admitted:
+            start = manager.lengths[request.request_id]
+            write = manager.append_slots(request.request_id, len(tokens))
+            logits, greedy = self._fixed.prefill(self.cache, tokens, start, write, manager.tables[request.request_id])
+            picked.append((slot, request, logits, greedy, 0))
+        self.peak_held_bytes = max(self.peak_held_bytes, self.cache.held_bytes())
+        now = time.perf_counter()
+        for slot, request, logits, greedy, row in picked:
+            if request.sampling is None:
+                token = int(greedy[row])  # 图里已按同样的屏蔽取了 argmax
+            else:
+                (token,) = self._next_tokens(logits[row:row + 1], [request])
+            request.slot_steps.append((self.steps, slot))
+            self._emit(slot, request, token, now)
 
     def run(self, requests: Sequence[Request] | None = None) -> None:
         """一直调度到没有等待与运行的请求（到达时间在未来的请求会等到那一刻）。

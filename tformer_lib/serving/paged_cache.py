@@ -259,10 +259,13 @@ class PagedKVCache:
         self.max_len = c.max_len
         dtype = next(model.parameters()).dtype
         device = next(model.parameters()).device
-        shape = (num_blocks * block_size, c.kv_heads, c.d_k)  # (槽位, h_kv, d_k)
+        # 块里的槽位之后多留一个草稿槽（scratch slot）：固定形状的解码步里空着的行把 K/V 写到这里，不碰任何块
+        self.scratch_slot = num_blocks * block_size
+        shape = (num_blocks * block_size + 1, c.kv_heads, c.d_k)  # (槽位, h_kv, d_k)
         self.k = [self._new_store(shape, dtype, device) for _ in range(c.n_layers)]
         self.v = [self._new_store(shape, dtype, device) for _ in range(c.n_layers)]
-        self.bytes_per_block = 2 * c.n_layers * self.k[0].nbytes // num_blocks  # K 与 V、每层、一块的字节
+        # K 与 V、每层、一块的字节（不算草稿槽）
+        self.bytes_per_block = 2 * c.n_layers * self.k[0].nbytes // shape[0] * block_size
 
     def _new_store(self, shape, dtype, device) -> torch.Tensor:
         """一层的 K（或 V）存储 ``(槽位, h_kv, d_k)``。子类可以换成别的格式（int8 见 :mod:`tformer_lib.quant.kv_cache`）。"""

@@ -1,0 +1,128 @@
+"""引擎的固定形状步（``decode_step="fixed"``/``"compiled"``）：生成的词元与逐条 ``generate`` 相同。"""
+
+import random
+
+import pytest
+import torch
+
+from tformer_lib.lm import LMConfig, generate, make_lm
+from tformer_lib.serving import Engine, PagedKVCache, Sampling
+from tformer_lib.serving.decode_step import PagedDecodeStep, prefill_width, read_blocks
+
+CONFIGS = [
+    dict(positional="learned"),
+    dict(positional="rope", n_kv_heads=1),
+    dict(positional="sinusoidal", n_kv_heads=2, norm="rms", activation="swiglu"),
+    dict(positional="rope", norm_first=False, fast_attention=False),
+]
+
+
+def _model(seed, **options):
+    torch.manual_seed(seed)
+    config = LMConfig(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=48, max_len=48, **options)
+    return make_lm(config).eval()
+
+
+def _alone(model, prompt, n, eos_id=None):
+    out = generate(model, prompt, n, method="greedy", eos_id=eos_id).tolist()
+    return out[: out.index(eos_id) + 1] if eos_id in out else out
+
+
+def _no_eager_forward(engine):
+    """让引擎的 eager 前向一调用就失败：证明这一次跑的全是固定形状步。"""
+    def refuse(work):
+        raise AssertionError("固定形状的引擎不该走 eager 的 _forward")
+    engine._forward = refuse
+
+
+@pytest.mark.parametrize("options", CONFIGS)
+@pytest.mark.parametrize("seed", range(3))
+def test_fixed_steps_equal_one_by_one_generation(options, seed):
+    rng = random.Random(seed)
+    model = _model(seed, **options)
+    # 提示长短悬殊（到接近 max_len 的 40 个词元），max_batch 比同时在跑的多时有空槽位
+    prompts = [[rng.randrange(3, 40) for _ in range(rng.choice([1, 3, 9, 17, 40]))] for _ in range(9)]
+    limits = [rng.randint(1, 48 - len(p)) for p in prompts]
+    engine = Engine(model, max_batch=rng.choice([3, 5]), block_size=rng.choice([3, 4, 16]), eos_id=9,
+                    decode_step="fixed")
+    _no_eager_forward(engine)
+    requests = [engine.add_request(p, n) for p, n in zip(prompts, limits)]
+    engine.run()
+    assert [r.output for r in requests] == [_alone(model, p, n, 9) for p, n in zip(prompts, limits)]
+    assert engine.cache.manager.used_blocks == 0
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_fixed_steps_with_shared_prefixes_admitted_together(seed):
+    # 同一步接纳的请求共用前缀块：后一条的预填充读的是前一条刚写好的块
+    model = _model(seed, positional="rope", n_kv_heads=2)
+    rng = random.Random(10 + seed)
+    heads = [[rng.randrange(3, 40) for _ in range(12)] for _ in range(2)]
+    prompts = [rng.choice(heads)[: rng.randint(5, 12)] + [rng.randrange(3, 40) for _ in range(rng.randint(0, 4))]
+               for _ in range(10)]
+    engine = Engine(model, max_batch=4, block_size=2, decode_step="fixed")
+    _no_eager_forward(engine)
+    requests = [engine.add_request(p, 8) for p in prompts]
+    engine.run()
+    assert [r.output for r in requests] == [_alone(model, p, 8) for p in prompts]
+    assert engine.prefill_tokens_saved > 0
+
+
+def test_fixed_steps_sample_with_each_requests_generator():
+    model = _model(4, positional="rope")
+    engine = Engine(model, max_batch=3, block_size=4, decode_step="fixed")
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    samplings = [None, Sampling(0.9, None, torch.Generator().manual_seed(1)),
+                 Sampling(1.5, 0.8, torch.Generator().manual_seed(2))]
+    requests = [engine.add_request(p, 10, sampling=s) for p, s in zip(prompts, samplings)]
+    engine.run()
+    assert requests[0].output == _alone(model, prompts[0], 10)
+    for prompt, seed, (t, p), request in zip(prompts[1:], (1, 2), ((0.9, None), (1.5, 0.8)), requests[1:]):
+        want = generate(model, prompt, 10, method="sample", temperature=t, top_p=p,
+                        generator=torch.Generator().manual_seed(seed)).tolist()
+        assert request.output == want
+
+
+def test_idle_rows_write_only_the_scratch_slot():
+    model = _model(1, positional="rope")
+    cache = PagedKVCache(model, num_blocks=6, block_size=4)
+    assert cache.scratch_slot == 24 and cache.k[0].shape[0] == 25
+    before = [s.clone() for s in cache.k + cache.v]
+    step = PagedDecodeStep(model, 3, (0, 1))
+    step.decode(cache, {})  # 三行全空：只写草稿槽
+    for old, new in zip(before, cache.k + cache.v):
+        assert torch.equal(old[:24], new[:24]) and not torch.equal(old[24], new[24])
+
+
+def test_prefill_width_and_read_blocks_are_powers_of_two_within_the_context():
+    assert [prefill_width(n, 48) for n in (1, 8, 9, 16, 17, 33, 48)] == [8, 8, 16, 16, 32, 48, 48]
+    # block_size 4、max_len 48 → 至多 12 块
+    assert [read_blocks(n, 4, 12) for n in (1, 8, 9, 16, 17, 33, 48)] == [2, 2, 4, 4, 8, 12, 12]
+
+
+def test_bad_decode_step_and_quantized_store_are_refused():
+    from tformer_lib.quant import Int8PagedKVCache
+
+    model = _model(0)
+    with pytest.raises(ValueError, match="decode_step"):
+        Engine(model, decode_step="fast")
+    engine = Engine(model, max_batch=2, block_size=4, decode_step="fixed")
+    engine.cache = Int8PagedKVCache(model, engine.cache.manager.num_blocks, 4)
+    engine.add_request([5, 6], 3)
+    with pytest.raises(TypeError, match="decode_step='eager'"):
+        engine.run()
+
+
+@pytest.mark.slow
+def test_compiled_engine_equals_the_eager_engine():
+    rng = random.Random(7)
+    model = _model(7, positional="rope", n_kv_heads=2, fast_attention=True)
+    prompts = [[rng.randrange(3, 40) for _ in range(rng.randint(1, 20))] for _ in range(10)]
+    limits = [rng.randint(1, 20) for _ in prompts]
+    outputs = {}
+    for mode in ("eager", "compiled"):
+        engine = Engine(model, max_batch=4, block_size=4, eos_id=9, decode_step=mode)
+        requests = [engine.add_request(p, n) for p, n in zip(prompts, limits)]
+        engine.run()
+        outputs[mode] = [r.output for r in requests]
+    assert outputs["compiled"] == outputs["eager"] == [_alone(model, p, n, 9) for p, n in zip(prompts, limits)]
