@@ -14,7 +14,8 @@
   第 13 章；``max_batch=8``）对 ``generate`` 按 8 条一批左填充的静态批次；吞吐只数请求真正要的词元。引擎测两种步：
   eager，和编译的固定形状步（``decode_step="compiled"``，:mod:`tformer_lib.serving.decode_step`；编译时间单独报告）；
   再加一行“同样的 K/V 内存”：分页缓存的块数取 transformers 那几批的峰值位置数（一批左填充到最宽的提示、再长到最长
-  的要求），``max_batch`` 放到 16——分页只给实际长度分块，同样多的内存里能同时跑更多条。
+  的要求），``max_batch`` 放到 16——分页按每条序列的实际长度分块（接纳时按它的最终长度预留），同样多的内存里能同时跑
+  更多条。每条路径的前向次数（``steps``，:func:`serving_steps`）也记下来：吞吐的差别可以拆成“步数”与“每步的用时”。
 
 每条路径的词元都与我们单独贪心生成的相同（结果里的 ``identical``）。最后一行：各项的“我们 / transformers”比值。
 
@@ -109,6 +110,26 @@ def _hf_static_batches(theirs, requests, batch: int) -> list[list[int]]:
     return outputs
 
 
+def serving_steps(requests, vocab: int, context: int, same_memory: dict, batch: int = 8) -> dict:
+    """每条服务路径要做几次前向。没有 EOS，每条请求正好生成它要的词元数，调度只看长度、与模型无关：
+
+    - ``transformers``：每批 1 次预填充 + (最长的要求 − 1) 次解码 = 每批最长的要求那么多次；
+    - 引擎：:attr:`Engine.steps`，用一个很小的随机模型、``decode_step="fixed"`` 数（eager 与 compiled 的调度相同）。
+    """
+    from tformer_lib.lm import LMConfig, make_lm
+    from tformer_lib.serving import Engine
+    from tformer_lib.serving.engine import Request
+
+    torch.manual_seed(0)
+    tiny = make_lm(LMConfig(vocab_size=vocab, d_model=8, n_heads=1, n_layers=1, d_ff=8, max_len=context)).eval()
+    steps = {"transformers": sum(max(n for _, n in requests[i:i + batch]) for i in range(0, len(requests), batch))}
+    for name, options in (("engine", {"max_batch": batch}), ("engine_same_kv_memory", same_memory)):
+        engine = Engine(tiny, decode_step="fixed", **options)
+        engine.run([Request(list(p), n) for p, n in requests])
+        steps[name] = engine.steps
+    return steps
+
+
 def run(size: str, rounds: int, quick: bool) -> dict:
     from tformer_lib.benchmarking import interleaved_samples, ratio_summary
     from tformer_lib.inference import StaticDecoder
@@ -189,7 +210,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
         return [r.output for r in reqs]
 
     # 同样的 K/V 内存：transformers 的一批左填充到最宽的提示、再一起长到最长的要求，峰值是最大那批的 行数 × 总宽；
-    # 分页缓存只给实际长度分块，同样多的位置能同时放下更多条序列（max_batch 放到 16，由块数限制）
+    # 分页缓存按每条序列的实际长度分块，同样多的位置能同时放下更多条序列（max_batch 放到 16，由块数限制）
     hf_positions = max(len(g) * (max(len(p) for p, _ in g) + max(n for _, n in g))
                        for g in (requests[i:i + 8] for i in range(0, len(requests), 8)))
     same_memory = {"max_batch": 16, "num_blocks": hf_positions // 16, "block_size": 16}
@@ -213,6 +234,8 @@ def run(size: str, rounds: int, quick: bool) -> dict:
                          "engine_compiled_same_kv_memory/transformers_throughput": ratio_summary(
                              times["transformers"], times["engine_compiled_same_kv_memory"]),
                          "same_kv_memory": {"positions": hf_positions, **same_memory},
+                         "batch": {"transformers": 8, "engine_max_batch": 8},
+                         "steps": serving_steps(requests, vocab, context, same_memory),
                          "engine_compile_seconds": compile_seconds, "identical_to_our_greedy": identical}
     return result
 
