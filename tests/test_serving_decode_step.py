@@ -126,3 +126,73 @@ def test_compiled_engine_equals_the_eager_engine():
         engine.run()
         outputs[mode] = [r.output for r in requests]
     assert outputs["compiled"] == outputs["eager"] == [_alone(model, p, n, 9) for p, n in zip(prompts, limits)]
+
+
+def test_suppress_ids_are_checked_against_the_vocabulary_in_every_mode():
+    model = _model(0)
+    for mode in ("eager", "fixed"):
+        with pytest.raises(ValueError, match="suppress_ids"):
+            Engine(model, suppress_ids=(0, -1), decode_step=mode)  # -1 会绕到最后一个词
+        with pytest.raises(ValueError, match="suppress_ids"):
+            Engine(model, suppress_ids=(0, 40), decode_step=mode)
+
+
+def test_a_row_without_a_finite_logit_raises_like_the_eager_engine():
+    model = _model(1, positional="rope")
+    with torch.no_grad():
+        model.lm_head.weight[5, 0] = float("nan")
+    errors = {}
+    for mode in ("eager", "fixed"):
+        engine = Engine(model, max_batch=2, block_size=4, decode_step=mode)
+        engine.add_request([6, 7, 8], 4)
+        with pytest.raises(ValueError) as info:
+            engine.run()
+        errors[mode] = str(info.value)
+    assert errors["fixed"] == errors["eager"]
+
+
+@pytest.mark.parametrize("mode", ["eager", "fixed"])
+def test_a_failed_step_is_undone_and_the_engine_goes_on(mode):
+    model = _model(2, positional="rope")
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, 40) for _ in range(rng.randint(1, 9))] for _ in range(6)]
+    limits = [2, 6, 6, 6, 6, 6]
+    engine = Engine(model, max_batch=3, block_size=4, decode_step=mode)
+    requests = [engine.add_request(p, n) for p, n in zip(prompts, limits)]
+    engine.step()
+    engine.step()  # 第 0 条写完 2 个词离开：下一步既有解码，也有新接纳的请求
+    name = "_forward" if mode == "eager" else "_fixed_forward"
+    real = getattr(engine, name)
+
+    def fail_once(*args):
+        setattr(engine, name, real)
+        raise KeyboardInterrupt  # 例如编译到一半按了 Ctrl-C
+
+    setattr(engine, name, fail_once)
+    with pytest.raises(KeyboardInterrupt):
+        engine.step()
+    assert len(engine.running) == 2 and len(engine.waiting) == 3  # 新接纳的那条回到了队首
+    engine.run()
+    assert [r.output for r in requests] == [_alone(model, p, n) for p, n in zip(prompts, limits)]
+    assert engine.cache.manager.used_blocks == 0
+
+
+def test_fixed_step_helpers_refuse_bad_arguments():
+    model = _model(0)
+    with pytest.raises(ValueError, match="n=18"):
+        prefill_width(18, 17)
+    with pytest.raises(ValueError, match="limit"):
+        read_blocks(5, 16, 0)
+    with pytest.raises(TypeError, match="block_size"):
+        read_blocks(5, 0.5, 4)
+    for bad in (0, 2.5, "2", None):
+        with pytest.raises((TypeError, ValueError), match="max_batch"):
+            PagedDecodeStep(model, bad, (0, 1))
+    with pytest.raises(TypeError, match="compile"):
+        PagedDecodeStep(model, 2, (0, 1), compile="yes")
+    step = PagedDecodeStep(model, 2, (0, 1))
+    cache = PagedKVCache(model, num_blocks=4, block_size=4)
+    with pytest.raises(ValueError, match="rows"):
+        step.decode(cache, {-1: (5, 0, 0, [0])})
+    with pytest.raises(ValueError, match="预填充"):
+        step.prefill(cache, [], 0, [], [0])

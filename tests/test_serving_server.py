@@ -215,19 +215,22 @@ def test_forced_shutdown_answers_every_open_request_with_an_openai_error(checkpo
     port = _free_port()
     proc = _start(["--model", str(checkpoint), "--max-batch", "1", "--shutdown-timeout", "1"], port)
     try:
-        work = {"model": "lm.pt", "prompt": [[4, 5, 6]] * 32, "max_tokens": 36, "temperature": 1, "seed": 0}
-        plain = {}
-        thread = threading.Thread(target=lambda: plain.update(reply=_post(port, work, timeout=60)))
-        thread.start()
+        # 128 条提示 × 36 个词元、一次只跑一条：SIGTERM 之后的 1 秒宽限期里远写不完
+        work = {"model": "lm.pt", "prompt": [[4, 5, 6]] * 128, "max_tokens": 36, "temperature": 1, "seed": 0}
         body = json.dumps({**work, "stream": True})
+        plain = {}
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
             streamed = b""
-            while streamed.count(b"data: ") < 3:
+            while streamed.count(b"data: ") < 3:  # 流式的请求已经在跑
                 chunk = sock.recv(65536)
                 assert chunk, streamed.decode()
                 streamed += chunk
+            # 普通请求排在它后面（一次只跑一条），等它真的进了引擎的队列再发信号
+            thread = threading.Thread(target=lambda: plain.update(reply=_post(port, work, timeout=60)))
+            thread.start()
+            time.sleep(1.0)
             proc.send_signal(signal.SIGTERM)
             while chunk:
                 chunk = sock.recv(65536)

@@ -20,8 +20,11 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
+from .._checks import check_suppress_ids, flag, positive_int
 from ..positional import RopeTables
 from ..specials import PAD
 from .paged_cache import PagedKVCache, _PagedLayer
@@ -29,13 +32,16 @@ from .paged_cache import PagedKVCache, _PagedLayer
 __all__ = ["PagedDecodeStep", "paged_forward", "prefill_width", "read_blocks"]
 
 MIN_PREFILL_WIDTH = 8
-RECOMPILE_LIMIT = 64  # 编译时允许 paged_forward 有多少张图（Dynamo 默认 8）
+RECOMPILE_LIMIT = 256  # 编译时允许 paged_forward 有多少张图（Dynamo 默认 8；同一进程里所有引擎共用这一份）
+# 跳过守卫的设置（set_stance）是整个进程的：几个线程里的编译引擎要轮流调用，另一个线程才能安全地编译新形状
+_COMPILED_CALLS = threading.Lock()
 
 
 def paged_forward(model, stores_k: list[torch.Tensor], stores_v: list[torch.Tensor], tokens: torch.Tensor,
                   positions: torch.Tensor, tables: torch.Tensor, write_slots: torch.Tensor, last: torch.Tensor,
                   banned: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """固定形状的一次前向（纯张量运算，可以整段编译）：返回每行最后一个真实词元的 logits ``(B, V)`` 与贪心选择 ``(B,)``。
+    """固定形状的一次前向（纯张量运算，可以整段编译）：返回每行最后一个真实词元的 logits ``(B, V)``、贪心选择 ``(B,)``
+    与“这一行屏蔽后的最大 logit 有限”``(B,)``（否则这一行没有可选的词，调用者应报错）。
 
     ``tokens``/``positions`` ``(B, T)``；``tables`` ``(B, n_blocks)`` 块号；``write_slots`` ``(B·T,)`` 各新词元写入的槽位；
     ``last`` ``(B,)`` 每行最后一个真实词元的下标；``banned`` ``(V,)`` 布尔：贪心时屏蔽的词。
@@ -51,11 +57,16 @@ def paged_forward(model, stores_k: list[torch.Tensor], stores_v: list[torch.Tens
         x = block(x, mask, _PagedLayer(k, v, None, write_slots, read_slots), rope)  # (B, T, d_model)
     x = x[torch.arange(x.shape[0], device=x.device), last]  # (B, d_model)：只有最后一个真实词元要过输出层
     logits = model.lm_head(model.norm(x))  # (B, V)
-    return logits, logits.masked_fill(banned, float("-inf")).argmax(dim=-1)  # (B, V), (B,)
+    masked = logits.masked_fill(banned, float("-inf"))  # (B, V)
+    # 与 greedy_tokens 相同的检查：屏蔽后每行的最大值必须有限（NaN、+inf 或全被屏蔽的行没有可选的词）
+    return logits, masked.argmax(dim=-1), torch.isfinite(masked.amax(dim=-1))  # (B, V), (B,), (B,)
 
 
 def prefill_width(n: int, max_len: int) -> int:
-    """``n`` 个新词元的预填充补齐到几个：不小于 ``n`` 的 2 的幂，至少 :data:`MIN_PREFILL_WIDTH`，至多 ``max_len``。"""
+    """``n`` 个新词元的预填充补齐到几个：不小于 ``n`` 的 2 的幂，至少 :data:`MIN_PREFILL_WIDTH`，至多 ``max_len``（``n ≤ max_len``）。"""
+    positive_int("n", n)
+    if positive_int("max_len", max_len) < n:
+        raise ValueError(f"n={n} 个新词元超过了上下文长度 max_len={max_len}")
     return min(max_len, max(MIN_PREFILL_WIDTH, 1 << (n - 1).bit_length()))
 
 
@@ -64,7 +75,11 @@ def read_blocks(length: int, block_size: int, limit: int) -> int:
 
     批里最长的序列决定它；取 2 的幂，是为了只有少数几种形状（几张图），又不必每步都按满长的上下文去收集与注意。
     """
+    for name, value in (("length", length), ("block_size", block_size), ("limit", limit)):
+        positive_int(name, value)
     needed = -(-length // block_size)
+    if needed > limit:
+        raise ValueError(f"length={length} 要 {needed} 块（每块 {block_size}），超过了 limit={limit}")
     return min(limit, max(2, 1 << (needed - 1).bit_length()))
 
 
@@ -74,10 +89,15 @@ class PagedDecodeStep:
 
     ``compile=True`` 时每种形状编译一张 ``torch.compile`` 图，之后每步复用；``suppress_ids``：贪心时不许选的词。
     编译选项与 ``StaticDecoder`` 相同：冻结权重（freezing）、C++ 包装（cpp_wrapper），每种形状第一次调用之后跳过
-    守卫（guard）检查——形状由这里保证只取这几种，模型由引擎保持在 eval 模式。改了模型的权重就新建一个引擎。
+    守卫（guard）检查——形状由这里保证只取这几种，模型由引擎保持在 eval 模式。冻结后的图可能把权重当常量；本机的
+    torch 2.13 上原地改权重之后图仍读到新值，但这不是 torch 承诺的行为：改了权重最好新建一个引擎。
+    同一进程里所有编译的引擎共用一份图的缓存（至多 :data:`RECOMPILE_LIMIT` 种形状），调用彼此串行（跳过守卫的设置是整个进程的）。
     """
 
     def __init__(self, model, max_batch: int, suppress_ids, *, compile: bool = False):
+        positive_int("max_batch", max_batch)
+        flag("compile", compile)
+        suppress_ids = check_suppress_ids(suppress_ids, model.config.vocab_size)
         self.model, self.max_batch, self.compile = model, max_batch, compile
         device = model.lm_head.weight.device
         self.banned = torch.zeros(model.config.vocab_size, dtype=torch.bool, device=device)  # (V,)
@@ -97,14 +117,22 @@ class PagedDecodeStep:
                 torch.tensor(positions, device=device), torch.tensor(tables, device=device),  # (B, T), (B, T), (B, n)
                 torch.tensor(write, device=device), torch.tensor(last, device=device),  # (B·T,), (B,)
                 self.banned, cache.manager.block_size)
-        if self.compile and shape in self._warm:  # 这个形状编译过了，其余条件由我们保证不变（见类的说明）
-            with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
-                return self._step(*args)
-        self._warm.add(shape)
-        # 每种形状一张图：几种解码宽度 × 几种预填充长度（换了模型或 max_batch 还有另一组），会超过 Dynamo 默认
-        # 每个函数 8 张图的上限；上限只在编译新形状时检查，所以只在这里放宽
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        if not self.compile:
             return self._step(*args)
+        with _COMPILED_CALLS:
+            if shape in self._warm:  # 这个形状编译过了，其余条件由我们保证不变（见类的说明）
+                with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+                    return self._step(*args)
+            # 每种形状一张图：几种解码宽度 × 几种预填充长度（换了模型或 max_batch 还有另一组），会超过 Dynamo 默认
+            # 每个函数 8 张图的上限；上限只在编译新形状时检查，所以只在这里放宽
+            try:
+                with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                    out = self._step(*args)
+            except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
+                raise RuntimeError(f"这个进程里 paged_forward 已编译了 {RECOMPILE_LIMIT} 种形状（所有引擎共用）："
+                                   "换 decode_step='eager'，或在新进程里运行") from exc
+            self._warm.add(shape)  # 编译成功之后才记下：编译失败或被打断时，下次重新编译
+            return out
 
     def _blocks_per_seq(self, cache: PagedKVCache) -> int:
         return -(-self.model.config.max_len // cache.manager.block_size)  # 一条满长序列要的块数
@@ -113,7 +141,7 @@ class PagedDecodeStep:
     def decode(self, cache: PagedKVCache, rows: dict[int, tuple[int, int, int, list[int]]]
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """``rows``：槽位号 → ``(新词元, 它的位置, 写入的槽位, 块表)``；K/V 写进 ``cache``；返回所有 ``max_batch``
-        行的 logits ``(max_batch, V)`` 与贪心选择 ``(max_batch,)``。
+        行的 ``(logits (max_batch, V), 贪心选择 (max_batch,), 有限 (max_batch,))``（见 :func:`paged_forward`）。
 
         空着的槽位送 PAD、位置 0，写进草稿槽，读块 0 的第 0 个位置（可见的只有它，结果不用）。
         """
@@ -122,6 +150,8 @@ class PagedDecodeStep:
         n = read_blocks(longest, block, self._blocks_per_seq(cache))
         tokens, positions, write, tables = [[PAD]] * b, [[0]] * b, [cache.scratch_slot] * b, [[0] * n] * b
         for slot, (token, position, write_slot, table) in rows.items():
+            if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < b:
+                raise ValueError(f"rows 的键应是 [0, max_batch={b}) 内的槽位号，收到 {slot!r}")
             tokens[slot], positions[slot], write[slot] = [token], [position], write_slot
             tables[slot] = table + [0] * (n - len(table))  # 补齐的块号被掩码挡住
         return self._run(cache, tokens, positions, tables, write, [0] * b)
@@ -129,9 +159,12 @@ class PagedDecodeStep:
     @torch.no_grad()
     def prefill(self, cache: PagedKVCache, tokens: list[int], start: int, write: list[int], table: list[int]
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """一条请求的预填充：``tokens`` 从位置 ``start`` 起写进槽位 ``write``；返回最后一个词元的 logits ``(1, V)``
-        与贪心选择 ``(1,)``。补齐的词元写进草稿槽，位置截在上下文之内（它们的输出不用）。"""
+        """一条请求的预填充：``tokens`` 从位置 ``start`` 起写进槽位 ``write``；返回最后一个词元的
+        ``(logits (1, V), 贪心选择 (1,), 有限 (1,))``。补齐的词元写进草稿槽，位置截在上下文之内（它们的输出不用）。"""
         max_len = self.model.config.max_len
+        if not tokens or start + len(tokens) > max_len or len(write) != len(tokens):
+            raise ValueError(f"预填充应有 1 个以上的词元、每个一个写入槽位，且位置 start={start} 起的 {len(tokens)} 个"
+                             f"不超出上下文 max_len={max_len}，收到 {len(tokens)} 个词元、{len(write)} 个槽位")
         width, n = prefill_width(len(tokens), max_len), self._blocks_per_seq(cache)
         pad = width - len(tokens)
         positions = [min(start + i, max_len - 1) for i in range(width)]

@@ -91,7 +91,7 @@ class Engine:
             if adapters.model is not model:
                 raise ValueError("adapters 装在另一个模型上：AdapterSet 要装在交给 Engine 的同一个 model 对象上")
         flag("prefix_caching", prefix_caching)
-        suppress_ids = check_suppress_ids(suppress_ids)
+        suppress_ids = check_suppress_ids(suppress_ids, model.config.vocab_size)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch 应为正整数，收到 {max_batch!r}")
         if isinstance(min_prefill, bool) or not isinstance(min_prefill, int) or not 1 <= min_prefill <= max_batch:
@@ -283,38 +283,59 @@ class Engine:
             self.model.eval()
         work = [(slot, r, [r.output[-1]]) for slot, r in sorted(self.running.items())]  # 解码：每行送入上一个词元
         admitted = self._admit()  # 预填充：送入提示中没被前缀缓存覆盖的部分
-        if self._fixed is not None and all(r.adapter is None for _, r, _ in work + admitted):
-            self._fixed_forward(work, admitted)
-        elif work or admitted:
-            self._forward(work + admitted)
+        lengths = {r.request_id: self.cache.manager.lengths[r.request_id] for _, r, _ in work}
+        try:
+            if self._fixed is not None and all(r.adapter is None for _, r, _ in work + admitted):
+                self._fixed_forward(work, admitted)
+            elif work or admitted:
+                self._forward(work + admitted)
+        except BaseException:  # 前向出错或被打断（Ctrl-C）：撤回这一步，引擎仍可接着用（不留下没有输出的“运行中”请求）
+            self._undo_step(lengths, admitted)
+            raise
         self.steps += 1
+
+    def _undo_step(self, lengths: dict[int, int], admitted: list[tuple[int, Request, list[int]]]) -> None:
+        """撤回没做完的一步：运行中的序列退回这一步之前的长度（多分的块留在它的块表里，下一步接着用），
+        这一步接纳的请求归还块、按原来的次序回到等待队列的最前面。"""
+        manager = self.cache.manager
+        for request_id, length in lengths.items():
+            if request_id in manager.lengths:
+                manager.lengths[request_id] = length
+        for slot, request, tokens in reversed(admitted):
+            self.prefill_tokens_saved -= len(request.prompt) - len(tokens)
+            manager.free(request.request_id)
+            del self.running[slot]
+            self.waiting.appendleft(request)
 
     def _fixed_forward(self, work: list[tuple[int, Request, list[int]]],
                        admitted: list[tuple[int, Request, list[int]]]) -> None:
         """用固定形状的 :class:`~.decode_step.PagedDecodeStep`：运行中的序列一起解码一步（每个槽位一行，空槽位也算），
         新接纳的请求按接纳的次序各自预填充（同一步后接纳的请求共用的前缀块，此时已由前面的请求写好）。"""
         manager = self.cache.manager
-        picked: list[tuple[int, Request, torch.Tensor, torch.Tensor, int]] = []  # (槽位, 请求, logits, 贪心, 行)
+        picked: list[tuple[int, Request, tuple, int]] = []  # (槽位, 请求, (logits, 贪心, 有限), 行)
         if work:
             rows = {}
             for slot, request, (token,) in work:
                 position = manager.lengths[request.request_id]
                 write = manager.append_slots(request.request_id, 1)[0]
                 rows[slot] = (token, position, write, manager.tables[request.request_id])
-            logits, greedy = self._fixed.decode(self.cache, rows)  # (max_batch, V), (max_batch,)
-            picked += [(slot, request, logits, greedy, slot) for slot, request, _ in work]
+            out = self._fixed.decode(self.cache, rows)  # logits (max_batch, V)、贪心 (max_batch,)、有限 (max_batch,)
+            picked += [(slot, request, out, slot) for slot, request, _ in work]
         for slot, request, tokens in admitted:
             start = manager.lengths[request.request_id]
             write = manager.append_slots(request.request_id, len(tokens))
-            logits, greedy = self._fixed.prefill(self.cache, tokens, start, write, manager.tables[request.request_id])
-            picked.append((slot, request, logits, greedy, 0))
+            picked.append((slot, request, self._fixed.prefill(self.cache, tokens, start, write,
+                                                               manager.tables[request.request_id]), 0))
+        chosen = []  # 先给每个请求选好词元（可能报错），再一起送出：出错时这一步整个撤回，不会只送出一半
+        for slot, request, (logits, greedy, finite), row in picked:
+            if request.sampling is None and bool(finite[row]):
+                chosen.append(int(greedy[row]))  # 图里已按同样的屏蔽取了 argmax
+            else:  # 采样；或这一行没有可选的词（NaN、+inf），由 greedy_tokens 报出与 eager 相同的错误
+                (token,) = self._next_tokens(logits[row:row + 1], [request])
+                chosen.append(token)
         self.peak_held_bytes = max(self.peak_held_bytes, self.cache.held_bytes())
         now = time.perf_counter()
-        for slot, request, logits, greedy, row in picked:
-            if request.sampling is None:
-                token = int(greedy[row])  # 图里已按同样的屏蔽取了 argmax
-            else:
-                (token,) = self._next_tokens(logits[row:row + 1], [request])
+        for (slot, request, _, _), token in zip(picked, chosen):
             request.slot_steps.append((self.steps, slot))
             self._emit(slot, request, token, now)
 
