@@ -39,7 +39,7 @@ _COMPILED_CALLS = threading.Lock()
 
 def paged_forward(model, stores_k: list[torch.Tensor], stores_v: list[torch.Tensor], tokens: torch.Tensor,
                   positions: torch.Tensor, tables: torch.Tensor, write_slots: torch.Tensor, last: torch.Tensor,
-                  banned: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+                  banned: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """固定形状的一次前向（纯张量运算，可以整段编译）：返回每行最后一个真实词元的 logits ``(B, V)``、贪心选择 ``(B,)``
     与“这一行屏蔽后的最大 logit 有限”``(B,)``（否则这一行没有可选的词，调用者应报错）。
 
@@ -139,7 +139,7 @@ class PagedDecodeStep:
 
     @torch.no_grad()
     def decode(self, cache: PagedKVCache, rows: dict[int, tuple[int, int, int, list[int]]]
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``rows``：槽位号 → ``(新词元, 它的位置, 写入的槽位, 块表)``；K/V 写进 ``cache``；返回所有 ``max_batch``
         行的 ``(logits (max_batch, V), 贪心选择 (max_batch,), 有限 (max_batch,))``（见 :func:`paged_forward`）。
 
@@ -158,7 +158,7 @@ class PagedDecodeStep:
 
     @torch.no_grad()
     def prefill(self, cache: PagedKVCache, tokens: list[int], start: int, write: list[int], table: list[int]
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """一条请求的预填充：``tokens`` 从位置 ``start`` 起写进槽位 ``write``；返回最后一个词元的
         ``(logits (1, V), 贪心选择 (1,), 有限 (1,))``。补齐的词元写进草稿槽，位置截在上下文之内（它们的输出不用）。"""
         max_len = self.model.config.max_len
