@@ -18,7 +18,7 @@ from ..specials import SPECIAL_TOKENS
 from ..text import CharTokenizer
 from ..text._common import check_text, id_list
 
-__all__ = ["HFTokenizer", "char_tokenizer_json", "read_tokenizer_dir", "tokenizer_json_text"]
+__all__ = ["HFTokenizer", "char_tokenizer_json", "read_tokenizer_dir", "special_token_ids", "tokenizer_json_text"]
 
 #: 我们写出的字符分词器用的预分词正则：每个字符（含换行）单独成一个“词”
 CHAR_PATTERN = r"[\s\S]"
@@ -137,20 +137,39 @@ def read_tokenizer_dir(path: Path, config: dict) -> CharTokenizer | HFTokenizer 
     char = _as_char_tokenizer(json.loads(text))
     if char is not None:
         return char
-    generation = Path(path) / "generation_config.json"
-    extra = json.loads(generation.read_text(encoding="utf-8")) if generation.is_file() else {}
+    ids = special_token_ids(path, config)
+    eos = ids["eos_token_id"]
+    return HFTokenizer(_tokenizers().Tokenizer.from_str(text), _first(ids["bos_token_id"]), _first(eos),
+                       _first(ids["pad_token_id"]), eos)
 
-    def listed(name: str) -> list[int]:
-        """``generation_config.json`` 优先（transformers 的 generate 用它），没有时取 ``config.json``；列表原样保留。"""
-        value = extra.get(name)
-        if value is None:
-            value = config.get(name)
-        return [] if value is None else list(value) if isinstance(value, list) else [value]
 
-    def first(name: str) -> int | None:
-        values = listed(name)
-        return values[0] if values else None
+def _first(ids: tuple[int, ...]) -> int | None:
+    return ids[0] if ids else None
 
-    eos = listed("eos_token_id")
-    return HFTokenizer(_tokenizers().Tokenizer.from_str(text), first("bos_token_id"), eos[0] if eos else None,
-                       first("pad_token_id"), tuple(eos))
+
+SPECIAL_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def special_token_ids(path, config: dict | None = None) -> dict[str, tuple[int, ...]]:
+    """模型目录里的特殊词元 id：``{"bos_token_id": (…), "eos_token_id": (…), "pad_token_id": (…)}``。
+
+    每项取 ``generation_config.json``（transformers 的 ``generate`` 用它），那里没有或不是整数 id 时取 ``config.json``
+    （已读好的可由 ``config`` 给出）；一个 id 或一列 id（LLaMA-3 的几个结束词元），原样保留次序；都没有时为空元组。
+    """
+    path = Path(path)
+    sources = []
+    for file in ("generation_config.json", "config.json"):
+        if file == "config.json" and config is not None:
+            sources.append(config)
+        elif (path / file).is_file():
+            sources.append(json.loads((path / file).read_text(encoding="utf-8")))
+    out = {}
+    for name in SPECIAL_ID_FIELDS:
+        out[name] = ()
+        for data in sources:
+            value = data.get(name) if isinstance(data, dict) else None
+            ids = [value] if isinstance(value, int) else value
+            if isinstance(ids, list) and ids and all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                out[name] = tuple(ids)
+                break
+    return out

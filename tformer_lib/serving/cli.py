@@ -73,30 +73,17 @@ def load_served_model(path: str | os.PathLike | None):
         if not (p / "config.json").is_file():
             raise ValueError(f"--model 目录 {str(p)!r} 里没有 config.json：它不是 Hugging Face 模型目录")
         from ..lm import load_hf
+        from ..lm.hf_tokenizer import special_token_ids
 
         model, tokenizer = load_hf(p)
         ours = isinstance(tokenizer, CharTokenizer)  # save_hf 写出的随书模型：与本库的检查点一样屏蔽 PAD/BOS
-        return model, tokenizer, name, _hf_eos_ids(p), (PAD, BOS) if ours else ()
+        return model, tokenizer, name, special_token_ids(p)["eos_token_id"], (PAD, BOS) if ours else ()
     if not p.exists():
         raise ValueError(f"--model 路径 {str(p)!r} 不存在（应是检查点文件或 Hugging Face 模型目录）")
     from ..lm.training import load_lm
 
     model, tokenizer, _ = load_lm(p)
     return model, tokenizer, name, (EOS,), (PAD, BOS)
-
-
-def _hf_eos_ids(directory: Path) -> tuple[int, ...]:
-    """Hugging Face 目录的结束词元：``generation_config.json`` 优先，其次 ``config.json``；可以是一个或一列 id。"""
-    import json
-
-    for file in ("generation_config.json", "config.json"):
-        f = directory / file
-        if f.is_file():
-            eos = json.loads(f.read_text(encoding="utf-8")).get("eos_token_id")
-            eos = [eos] if isinstance(eos, int) else eos
-            if isinstance(eos, list) and eos and all(isinstance(t, int) and not isinstance(t, bool) for t in eos):
-                return tuple(eos)
-    return ()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
