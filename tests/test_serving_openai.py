@@ -20,7 +20,7 @@ from tformer_lib.lm import generate  # noqa: E402
 from tformer_lib.lm.pretrained import load_poem_model  # noqa: E402
 from tformer_lib.serving import create_app  # noqa: E402
 from tformer_lib.serving.detokenize import TextStream  # noqa: E402
-from tformer_lib.serving.openai_api import MAX_BODY_BYTES  # noqa: E402
+from tformer_lib.serving.openai_api import _DEFAULT_ONLY, _EXTENSIONS, _HONOURED, _IGNORED, MAX_BODY_BYTES  # noqa: E402
 from tformer_lib.specials import EOS  # noqa: E402
 
 NAME = "poem-test"
@@ -289,6 +289,17 @@ def test_bad_bodies_answer_4xx_openai_error_objects(served, data, status, needle
     got, body = _raw_post(port, data)
     assert got == status and needle in body["error"]["message"], body
     assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("value", [10 ** 400, -(10 ** 400), 1e308, [1, 10 ** 400]], ids=["big", "-big", "1e308", "list"])
+@pytest.mark.parametrize("field", sorted(_HONOURED | set(_DEFAULT_ONLY) | _IGNORED | _EXTENSIONS))
+def test_every_field_refuses_huge_numbers_with_400_naming_it(served, field, value):
+    # 一类错：Python 的整数没有上限，转成 float（math.isfinite、float()）或 C 的整数时才溢出成 500；每个字段都要 400
+    _, port, *_ = served
+    body = {"model": NAME, "prompt": [1, 5], field: value}
+    got, reply = _raw_post(port, json.dumps(body).encode())
+    assert got == 400 and reply["error"]["param"] in (field, "prompt"), reply
+    assert set(reply["error"]) == {"message", "type", "param", "code"}
 
 
 def test_declared_body_over_the_limit_is_413_before_the_body_is_read(served):

@@ -109,7 +109,8 @@ def _number(body: dict, name: str, default: float, lo: float, hi: float) -> floa
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and lo <= value <= hi):
+    # 先比大小再问有限：一个 400 位的整数比较起来没问题，math.isfinite 却要先把它转成 float（OverflowError → 500）
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (lo <= value <= hi and math.isfinite(value)):
         raise OpenAIError(f"{name} 应是 [{lo}, {hi}] 内的数，收到 {_short(value)}", name)
     return float(value)
 
