@@ -20,7 +20,7 @@ def run(*args, stdin=None):
 def test_help_lists_commands():
     r = run("--help")
     assert r.returncode == 0
-    for cmd in ("train", "translate", "evaluate"):
+    for cmd in ("train", "translate", "evaluate", "lm-train", "lm-generate", "serve", "lm-finetune"):
         assert cmd in r.stdout
     r = run("train", "--help")
     assert r.returncode == 0 and "--task" in r.stdout and "toy_zh_en" in r.stdout
@@ -51,7 +51,7 @@ def test_translate_from_checkpoint(checkpoint):
 def test_evaluate_from_checkpoint(checkpoint):
     r = run("evaluate", "--checkpoint", str(checkpoint), "--split", "valid")
     assert r.returncode == 0, r.stderr
-    assert "exact_match:" in r.stdout and "bleu:" in r.stdout
+    assert "整句正确率（exact_match）：" in r.stdout and "BLEU（bleu）：" in r.stdout
 
 
 @pytest.mark.slow
@@ -76,7 +76,7 @@ def test_shipped_checkpoints_work_with_every_command():
     for positional in SHIPPED_POSITIONAL:
         path = str(shipped_checkpoint_path(positional))
         r = run("evaluate", "--checkpoint", path, "--split", "valid")
-        assert r.returncode == 0 and "task=toy_zh_en" in r.stdout and "exact_match:" in r.stdout, r.stderr
+        assert r.returncode == 0 and "任务 toy_zh_en" in r.stdout and "整句正确率（exact_match）：" in r.stdout, r.stderr
     r = run("translate", "--checkpoint", str(shipped_checkpoint_path()), "狗 咬人", "狗咬人", "狗 咬 人")
     assert r.returncode == 0 and r.stdout.splitlines() == ["the dog bites the person"] * 3, r.stderr
 

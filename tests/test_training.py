@@ -62,7 +62,7 @@ def test_progress_bar_can_be_forced_and_verbose_prints(copy_data, capsys):
     v, train, _ = copy_data
     _trainer(_fresh(v), v, train, None, progress=True, verbose=True).fit(1)
     out = capsys.readouterr()
-    assert "epoch=1" in out.out and "epoch 1" in out.err
+    assert out.out.startswith("第 1 个 epoch（第 ") and "训练损失" in out.out and "epoch 1" in out.err
 
 
 def test_fast_attention_path_trains_too(copy_data):

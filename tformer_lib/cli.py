@@ -1,4 +1,4 @@
-"""命令行（command line）：``python -m tformer_lib train | translate | evaluate | lm-train | lm-generate | serve``。
+"""命令行（command line）：``python -m tformer_lib train | translate | evaluate | lm-train | lm-generate | serve | lm-finetune``。
 
 例子::
 
@@ -22,6 +22,8 @@ import math
 import sys
 import warnings
 from collections.abc import Sequence
+
+from .cli_base import CLIError, Parser, one_line
 
 TASKS = ("copy", "reverse", "toy_zh_en")
 #: 模型规模：d_model、头数 h、d_ff
@@ -58,25 +60,15 @@ def build_synthetic(task: str, seed: int = 0, size: str | None = None, layers: i
     return model, vocab, encode_pairs(splits["train"], vocab, vocab), encode_pairs(splits["test"], vocab, vocab)
 
 
-class CLIError(Exception):
-    """命令行层面的错误：打印消息，退出码 1。"""
-
-
-class _Parser(argparse.ArgumentParser):
-    """参数写错时也只打印一行（argparse 默认先打印整段 usage），退出码 2；子命令沿用这个类。"""
-
-    def error(self, message: str):
-        self.exit(2, f"错误：{self.prog}：{message}（用 --help 查看用法）\n")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog="python -m tformer_lib",
         description="训练、使用与评估《Transformer 原理深讲》的小模型："
-                    "train / translate / evaluate（玩具中→英翻译）、lm-train / lm-generate（唐诗语言模型）、serve（推理服务）。",
+                    "train / translate / evaluate（玩具中→英翻译）、lm-train / lm-generate（唐诗语言模型）、serve（推理服务）、"
+                    "lm-finetune（微调）。",
     )
     p.add_argument("--threads", type=int, default=None, help="torch 线程数（默认不改；与其他任务共享 CPU 时建议 1）")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{train,translate,evaluate}")
+    sub = p.add_subparsers(dest="command", required=True)  # 不给 metavar：argparse 按注册顺序列出全部子命令
 
     t = sub.add_parser("train", help="训练一个模型并保存检查点",
                        description="训练一个模型（复制、反转或玩具中→英翻译），每个 epoch 评估一次，最后保存检查点。")
@@ -260,6 +252,7 @@ def _cmd_evaluate(args) -> int:
     from .progress import StageProgress
     from .specials import PAD
     from .training import evaluate
+    from .training.trainer import METRIC_NAMES
 
     _check_decoding_options(args)
     model, src_vocab, tgt_vocab, ckpt = _load(args.checkpoint)
@@ -293,9 +286,9 @@ def _cmd_evaluate(args) -> int:
     finally:
         if progress is not None:
             progress.close()
-    print(f"task={task} split={args.split} method={args.method} n={len(pairs)}")
+    print(f"任务 {task}，划分 {args.split}，解码 {args.method}，{len(pairs)} 句")
     for k, v in metrics.items():
-        print(f"{k}: {v:.4f}")
+        print(f"{METRIC_NAMES.get(k, k)}（{k}）：{v:.4f}")
     return 0
 
 
@@ -314,15 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         handlers = {"train": _cmd_train, "translate": _cmd_translate, "evaluate": _cmd_evaluate}
         return handlers.get(args.command, getattr(args, "run", None))(args)
     except (CLIError, CheckpointError, OSError, TrainingDivergedError, ValueError, TypeError) as exc:
-        print(f"错误：{_one_line(exc)}", file=sys.stderr)
+        print(f"错误：{one_line(exc)}", file=sys.stderr)
         return 1
-
-
-def _one_line(exc: BaseException) -> str:
-    """错误消息压成一行：多行的（如 PyTorch 的报错）只保留各行要点，用“；”连接，最多 300 个字符。"""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = "；".join(lines) if lines else type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "…"
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ def register_finetune_command(sub) -> None:
     """往 ``python -m tformer_lib`` 的子命令表里加 ``lm-finetune``。"""
     from .train import FINETUNE_RECIPE
 
-    sub.metavar = sub.metavar[:-1] + ",lm-finetune}" if sub.metavar else None
     f = sub.add_parser("lm-finetune", help="在一位诗人的诗上微调语言模型：全量、LoRA 或 QLoRA（第 17 章）",
                        description="按 tformer_lib.finetune.FINETUNE_RECIPE 微调，打印目标诗人与其他诗人 test 诗上的困惑度，"
                                    "写出适配器文件（--adapter-out）和/或合并后的检查点（--out）。")
@@ -43,7 +42,7 @@ def register_finetune_command(sub) -> None:
 
 
 def _cmd_lm_finetune(args) -> int:
-    from ..cli import CLIError
+    from ..cli_base import CLIError
     from ..lm.pretrained import load_poem_model
     from ..lm.training import load_lm, save_lm_checkpoint
     from ..progress import stage

@@ -37,7 +37,6 @@ _SHORT_FORMS = {"五绝": "五言绝句", "七绝": "七言绝句", "五律": "�
 
 def register_lm_commands(sub) -> None:
     """往 ``python -m tformer_lib`` 的子命令表里加 ``lm-train`` 与 ``lm-generate``。"""
-    sub.metavar = sub.metavar[:-1] + ",lm-train,lm-generate}" if sub.metavar else None
     t = sub.add_parser("lm-train", help="训练唐诗字符级语言模型（第 9 章）",
                        description="按随书配方（tformer_lib.lm.pretrained.POEM_RECIPE）在唐诗上训练语言模型，"
                                    "定期评估验证困惑度，原子地保存可续训的检查点。")
@@ -86,7 +85,7 @@ def register_lm_commands(sub) -> None:
 
 
 def _positive(name: str, value) -> None:
-    from ..cli import CLIError
+    from ..cli_base import CLIError
 
     if value is not None and value < 1:
         raise CLIError(f"{name} 应为正整数，收到 {value}")
@@ -95,7 +94,7 @@ def _positive(name: str, value) -> None:
 def _cmd_lm_train(args) -> int:
     import torch
 
-    from ..cli import CLIError
+    from ..cli_base import CLIError
     from ..parallel.launch import init_from_env, is_rank0
     from ..parallel.trainer import DistributedLMTrainer
     from ..progress import stage
@@ -205,7 +204,7 @@ def _cmd_lm_train(args) -> int:
 
 
 def _cmd_lm_generate(args) -> int:
-    from ..cli import CLIError
+    from ..cli_base import CLIError
     from ..data.poems import FORMS
     from ..unknown_tokens import UnknownTokenError, UnknownTokenWarning
     from .pretrained import load_poem_model

@@ -32,7 +32,6 @@ POEM_MODEL_NAME = "tformer-poem"  #: 随书唐诗模型在 /v1/models 里的名�
 
 def register_serve_command(sub) -> None:
     """往 ``python -m tformer_lib`` 的子命令表里加 ``serve``。"""
-    sub.metavar = sub.metavar[:-1] + ",serve}" if sub.metavar else None
     s = sub.add_parser("serve", help="在 localhost 上起一个连续批处理、说 OpenAI 补全接口的 HTTP 推理服务（第 13 章）",
                        description="POST /v1/completions（OpenAI 补全接口，stream=true 时为 SSE）、GET /v1/models、"
                                    "GET /health。temperature=0 为贪心。")

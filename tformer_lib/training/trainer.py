@@ -27,11 +27,25 @@ from ..data.batching import Batch, batch_iterator, num_batches
 from .loss import _check_smoothing, label_smoothing_loss
 from .schedule import make_optimizer, make_scheduler
 
-__all__ = ["History", "Trainer", "evaluate", "TrainingDivergedError"]
+__all__ = ["History", "Trainer", "evaluate", "TrainingDivergedError", "METRIC_NAMES", "epoch_line"]
 
 IdPair = tuple[list[int], list[int]]
 Callback = Callable[[str, dict], None]
 
+
+
+#: 评估指标的中文名（命令行与 ``verbose`` 的打印用；字典里的键仍是英文）
+METRIC_NAMES = {"loss": "损失", "token_accuracy": "词元准确率", "exact_match": "整句正确率", "bleu": "BLEU"}
+
+
+def epoch_line(record: dict) -> str:
+    """一个 epoch 的记录压成一行中文：``第 1 个 epoch（第 94 步）：训练损失 1.844，学习率 0.00588，验证损失 …``。"""
+    parts = [f"训练损失 {record['train_loss']:.4g}", f"学习率 {record['lr']:.3g}"]
+    for key, value in record.items():
+        if key.startswith("valid_"):
+            name = METRIC_NAMES.get(key[6:], key[6:])
+            parts.append(f"验证{' ' if name[0].isascii() else ''}{name} {value:.4g}")  # 中文与拉丁字母之间空一格
+    return f"第 {record['epoch']} 个 epoch（第 {record['step']} 步）：" + "，".join(parts)
 
 class TrainingDivergedError(FloatingPointError):
     """损失变成 NaN 或无穷大时抛出；消息里写明第几步以及可以尝试的办法。"""
@@ -286,9 +300,7 @@ class Trainer:
         self.epoch = epoch_index
         self.history.epochs.append(record)
         if self.verbose:
-            shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                              for k, v in record.items() if k != "seconds")
-            print(shown, flush=True)
+            print(epoch_line(record), flush=True)
         self._emit("epoch", {**record, "history": self.history})
         return record
 
