@@ -21,6 +21,13 @@ timing() {  # 每一步结束时打印它的用时
 echo "== 1/5 库的单元测试（pytest tests，2 个进程）"
 # 两个工作进程（pytest-xdist）：2 核上约快一倍；worksteal 让先做完的进程接走另一个的剩余测试
 python -m pytest tests -p no:cacheprovider -q -n 2 --dist worksteal
+# 逐位复现随包检查点的测试只在生成它的 CPU 与指令集上有意义，别处跳过并说明原因。随包的 1-epoch 快照是在 AVX2 内核下
+# 生成的：原生指令集不是 AVX2 的 x86 机器上，再用 ATEN_CPU_CAPABILITY=avx2 跑一遍这几个测试（-rs 列出仍跳过的与原因）
+if [ "$(uname -m)" = x86_64 ] && [ "$(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')" != AVX2 ]; then
+  echo "   逐位复现，指令集降到 avx2："
+  ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python -m pytest tests/test_training_quality.py -p no:cacheprovider -q -rs \
+    -k reproduces
+fi
 timing
 
 # 基准的小规模版本：两种批处理、推测解码、静态缓存解码、与 transformers 对照的各条路径都与单独生成逐词元相同，流程能跑通（数字不作结论）
@@ -32,7 +39,8 @@ timing
 
 # 笔记本的 nbval 回归在更严格的条件下跑：从轮子装进新的虚拟环境、笔记本复制到仓库外（读者的情形；仓库里能过、
 # 装好的包却缺文件的问题也会在这里暴露）。各章与 notebooks/solutions/ 全部都跑，而且在 PyTorch 的两种 CPU 内核
-# （ATEN_CPU_CAPABILITY=avx2 与不向量化的 =default）下各一遍、两个进程并行：书里打印的数字不能依赖指令集。
+# （ATEN_CPU_CAPABILITY=avx2 与不向量化的 =default）以及本机自己的指令集（不是这两种时，如 AVX-512）下各一遍、
+# 几个进程并行：书里打印的数字不能依赖指令集。
 # 作者在仓库里单独检查一章：python -m pytest notebooks/03_attention.ipynb --nbval --nbval-current-env \
 #   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q（前面加 ATEN_CPU_CAPABILITY=default
 #   ONEDNN_MAX_CPU_ISA=SSE41 换一种内核；avx2 配 ONEDNN_MAX_CPU_ISA=AVX2，原因见 scripts/test_installed.sh）
