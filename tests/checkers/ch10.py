@@ -7,6 +7,7 @@ import torch
 from checkers import Case, Wrong
 from tformer_lib import count_parameters, scaled_dot_product_attention
 from tformer_lib.lm import DecoderOnlyLM, LMConfig, make_lm
+from tformer_lib.norms import RMSNorm
 from tformer_lib.exercises.ch10 import (
     buggy_grouped_attention,
     check_fixed_grouped_attention,
@@ -21,8 +22,21 @@ def ref_rms_equals_layer(x):
     return abs(float(x.mean())) < 1e-6
 
 
+def _computes_both(x):  # 两种归一化都算一遍再比：结果对，但这是测量不是预测
+    d = x.shape[0]
+    return torch.allclose(torch.nn.functional.layer_norm(x, (d,), eps=1e-5), x / x.pow(2).mean().add(1e-6).sqrt(), atol=1e-4)
+
+
+def _library_rmsnorm(x):
+    d = x.shape[0]
+    centred = (x - x.mean()) / (x.var(unbiased=False) + 1e-5).sqrt()
+    return torch.allclose(centred.float(), RMSNorm(d)(x.float()), atol=1e-4)
+
+
 RMS = Case(check_rms_equals_layer, ref_rms_equals_layer, returns="bool", wrong=[
     Wrong("hard_coded", lambda x: True),
+    Wrong("computes_both", _computes_both, key="computed"),
+    Wrong("library_rmsnorm", _library_rmsnorm, key="library_call"),
     Wrong("always_different", lambda x: False, key="values"),
     Wrong("unit_rms", lambda x: abs(float(x.pow(2).mean()) - 1) < 0.1, key="values"),
 ])
@@ -51,11 +65,29 @@ def _repeat(q, k, v, mask=None):
     return scaled_dot_product_attention(q, k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1), mask)[0]
 
 
-GQA = Case(check_fixed_grouped_attention, ref_grouped_attention, also_correct=[_repeat_interleave], wrong=[
+def _expand_then_reshape(q, k, v, mask=None):  # expand 是视图，reshape 却把它复制成 h 个头
+    B, h, T, d_k = q.shape
+    h_kv, T_k = k.shape[1], k.shape[2]
+    k = k[:, :, None].expand(B, h_kv, h // h_kv, T_k, d_k).reshape(B, h, T_k, d_k)  # (B, h, T_k, d_k)
+    v = v[:, :, None].expand(B, h_kv, h // h_kv, T_k, d_k).reshape(B, h, T_k, d_k)  # (B, h, T_k, d_k)
+    return scaled_dot_product_attention(q, k, v, mask)[0]
+
+
+def _cat_copies(q, k, v, mask=None):
+    g = q.shape[1] // k.shape[1]
+    k = torch.stack([k] * g, dim=2).flatten(1, 2)  # (B, h, T_k, d_k)：第 i 个查询头用第 i // g 个 K/V 头
+    v = torch.stack([v] * g, dim=2).flatten(1, 2)  # (B, h, T_k, d_k)
+    return scaled_dot_product_attention(q, k, v, mask)[0]
+
+
+GQA = Case(check_fixed_grouped_attention, ref_grouped_attention, wrong=[
     Wrong("hard_coded", lambda q, k, v, mask=None: torch.zeros(1, 4, 3, 2)),
     Wrong("the_bug", buggy_grouped_attention, key="groups_interleaved"),
     Wrong("repeat", _repeat, key="groups_interleaved"),
     Wrong("no_mask", lambda q, k, v, mask=None: _repeat_interleave(q, k, v), key="mask_ignored"),
+    Wrong("repeat_interleave", _repeat_interleave, key="copies_kv"),  # 题目不许复制：结果对也不收
+    Wrong("expand_then_reshape", _expand_then_reshape, key="copies_kv"),
+    Wrong("stack_copies", _cat_copies, key="copies_kv"),
 ])
 
 

@@ -80,6 +80,14 @@ def _divide_by_two(model):
     return model
 
 
+def _divide_by_three(model):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad /= 3  # 写死了检查器以前唯一的 3 个进程：2 个进程时错
+    return model
+
+
 def _local_only(model):
     for p in model.parameters():
         if p.grad is not None:
@@ -89,6 +97,7 @@ def _local_only(model):
 
 ALLREDUCE = Case(check_allreduce_gradients, ref_allreduce_gradients, also_correct=[_divide_first], wrong=[
     Wrong("hard_coded", _divide_by_two, key="hard_coded_world_size"),
+    Wrong("hard_coded_three", _divide_by_three, key="hard_coded_world_size"),
     Wrong("the_bug", buggy_allreduce_gradients, key="sum_not_mean"),
     Wrong("local_only", _local_only, key="no_all_reduce"),
     Wrong("library_call", lambda model: allreduce_gradients(model) and model, key="library_call"),

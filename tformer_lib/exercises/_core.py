@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"
 
@@ -308,7 +309,8 @@ def run_checks(
                 "（那个库函数就是答案）。只用 torch 的基本运算重写一遍，再运行本单元")
         result = _failed(title, "没有直接调用本章给出的库实现", hint, "library_call", done)
     if result is None:
-        result = CheckResult(title, PASSED, f"✅ 通过：{title}（{len(done)} 项检查全部通过）", checks_passed=done)
+        # 每项检查的说明写着它试了哪些情形、多少组（“8 个随机向量……”），通过时照列出来，不只说“1 项检查”
+        result = CheckResult(title, PASSED, f"✅ 通过：{title}——{'；'.join(done)}", checks_passed=done)
     if verbose:
         print(result.message)
     return result
@@ -355,6 +357,31 @@ def randn(*shape: int, seed: int = 0, generator: torch.Generator | None = None) 
     return torch.randn(*shape, generator=g)
 
 
+class TorchCalls(TorchFunctionMode):
+    """在 ``with TorchCalls() as calls:`` 里记下调用过的 torch 函数与张量方法：``calls.names`` 是名字，
+    ``calls.dtypes`` 是每次调用返回的张量的 dtype 集合（与 ``names`` 一一对应）。
+
+    预测题用：答案要从公式推出来，读者的函数若真的在 float16 里算一遍、或调用 LayerNorm 去比，
+    就是在测量而不是预测——检查器据此给出 ❌。把答案包成一个张量返回不算（看返回的 dtype 与函数名来区分）。
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+        self.dtypes: list[set[torch.dtype]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.names.append(getattr(func, "__name__", str(func)))
+        self.dtypes.append({t.dtype for t in (out if isinstance(out, (tuple, list)) else (out,))
+                            if isinstance(t, torch.Tensor)})
+        return out
+
+    def producing(self, dtype: torch.dtype) -> list[str]:
+        """返回 ``dtype`` 张量的那些调用的名字（去重，按先后）。"""
+        return list(dict.fromkeys(n for n, d in zip(self.names, self.dtypes) if dtype in d))
+
+
 def is_close_number(a: float, b: float, tol: float = 1e-6) -> bool:
     """两个标量是否近似相等。"""
     return math.isclose(float(a), float(b), rel_tol=tol, abs_tol=tol)
@@ -375,6 +402,6 @@ from tformer_lib.exercises._compare import (  # noqa: E402  (循环导入：_com
 __all__ = [
     "CheckResult", "Mistake", "Variant", "run_checks", "student_code", "raised_by_student",
     "as_bool", "as_int", "as_number", "as_tensor", "compare", "compare_number", "expect_dtype", "expect_shape",
-    "generator", "random_cases", "draw_int", "draw_choice", "randn", "is_close_number",
+    "generator", "random_cases", "draw_int", "draw_choice", "randn", "is_close_number", "TorchCalls",
     "PENDING", "PASSED", "FAILED", "ERROR",
 ]

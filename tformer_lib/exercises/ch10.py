@@ -18,11 +18,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from tformer_lib.attention import scaled_dot_product_attention
 from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,
+    TorchCalls,
     Variant,
     as_bool,
     as_int,
@@ -64,14 +66,20 @@ def check_rms_equals_layer(fn: Callable[..., Any], *, verbose: bool = True) -> C
                 x = x + 0.5 + float(torch.rand((), generator=g))  # 明显不为 0 的均值
             with torch.no_grad():
                 same = torch.allclose(F.layer_norm(x, (d,), eps=1e-5), RMSNorm(d)(x.float()).double(), atol=1e-4)
-            got = as_bool(f(x.clone()), f"预测（x 的均值 {float(x.mean()):+.3f}）")
+            with TorchCalls() as calls:
+                returned = f(x.clone())
+            normed = [name for name in calls.names if "norm" in name]  # layer_norm、rms_norm、normalize……
+            if normed:
+                raise Mistake(f"你的函数调用了 {'、'.join(dict.fromkeys(normed))}：这是预测题，把两个公式写在一起看 x 的什么"
+                              "性质决定它们相同，不要把两种归一化都算一遍再比", key="computed")
+            got = as_bool(returned, f"预测（x 的均值 {float(x.mean()):+.3f}）")
             if got != same:
                 raise Mistake(f"d={d}、x 的均值为 {float(x.mean()):+.3f}、均方根为 {float(x.pow(2).mean().sqrt()):.3f} 时，"
                               f"两者{'相同' if same else '不同'}，你预测{'相同' if got else '不同'}。"
                               "把两个公式写在一起：LayerNorm 减去了什么、除以的是什么？", key="values")
 
     return run_checks("LayerNorm 与 RMSNorm 何时相同", fn, [("8 个随机向量（有的均值为 0，有的不为 0）", cases)],
-                      verbose=verbose)
+                      verbose=verbose, forbidden=(RMSNorm,))
 
 
 # ---- 找错：不复制 K/V 的分组查询注意力 -------------------------------------------------------------------
@@ -101,10 +109,35 @@ def _gqa_reference(q, k, v, mask):
     return scaled_dot_product_attention(q, k, v, mask)[0]  # (B, h, T, d_k)
 
 
+class _CopyWatch(TorchFunctionMode):
+    """记下读者的代码里哪些 torch 调用造出了 ``numel`` 个元素、又不与 ``k``/``v`` 共用存储的新张量。
+
+    “把 K/V 复制成 h 个头”（``repeat_interleave``、``repeat``、``cat``、``expand`` 之后 ``reshape``……）造出的正是
+    ``B·h·T_k·d_k`` 个元素的新张量；不复制的写法只有 ``expand``/``[:, :, None]`` 这类视图（共用存储），
+    矩阵乘在内部怎样广播，这里看不见也不管。
+    """
+
+    def __init__(self, numel: int, *shared: torch.Tensor):
+        super().__init__()
+        self.numel, self.shared = numel, {t.untyped_storage().data_ptr() for t in shared}
+        self.copies: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if (isinstance(t, torch.Tensor) and t.numel() == self.numel
+                    and t.untyped_storage().data_ptr() not in self.shared):
+                self.copies.append(getattr(func, "__name__", str(func)))
+        return out
+
+
 def check_fixed_grouped_attention(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查改好的 ``fn(q, k, v, mask) -> (B, h, T, d_k)``：与“把每个 K/V 头复制给同组查询头”的注意力一致。
+    """检查改好的 ``fn(q, k, v, mask) -> (B, h, T, d_k)``：与“把每个 K/V 头复制给同组查询头”的注意力一致，
+    而且**不复制** K/V（题目的要求）。
 
     查询头 i 属于第 i // (h/h_kv) 组（与库里 ``MultiHeadAttention`` 显式路径的 ``repeat_interleave`` 相同）。
+    不复制的检查：在一组 ``T ≠ T_k`` 的输入上（这样 K/V 的 h 头副本的元素数与其他中间结果都不同），看读者的
+    torch 调用有没有造出 ``B·h·T_k·d_k`` 个元素的新张量（:class:`_CopyWatch`）。
     """
 
     def cases(f):
@@ -125,7 +158,26 @@ def check_fixed_grouped_attention(fn: Callable[..., Any], *, verbose: bool = Tru
                 Variant("mask_ignored", f"{call}：忘了因果掩码", _gqa_reference(q, k, v, None)),
             ])
 
-    return run_checks("分组查询注意力", fn, [("6 组 (h_kv, 每组头数)，含 MHA、MQA 与真正的分组", cases)], verbose=verbose)
+    def no_copies(f):
+        g = torch.Generator().manual_seed(103)
+        B, h_kv, group, T, T_k, d_k = 2, 2, 3, 3, 7, 5  # K/V 的 h 头副本 2·6·7·5 = 420 个元素，别的中间结果都不是
+        q = torch.randn(B, h_kv * group, T, d_k, generator=g, dtype=torch.float64)
+        k = torch.randn(B, h_kv, T_k, d_k, generator=g, dtype=torch.float64)
+        v = torch.randn(B, h_kv, T_k, d_k, generator=g, dtype=torch.float64)
+        mask = torch.ones(T, T_k, dtype=torch.bool).tril(T_k - T)  # (T, T_k)：解码时的因果掩码，前面 T_k − T 个是缓存
+        watch = _CopyWatch(B * h_kv * group * T_k * d_k, k, v)
+        with watch:
+            got = f(q, k, v, mask)
+        call = f"fixed_grouped_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, …, 掩码 {tuple(mask.shape)})"
+        compare(got, _gqa_reference(q, k, v, mask), what=call, atol=1e-8, rtol=1e-6)
+        if watch.copies:
+            raise Mistake(f"{call}：结果对了，但 {'、'.join(dict.fromkeys(watch.copies))} 造出了一份 h 个头的 K/V 副本"
+                          f"（{B}·{h_kv * group}·{T_k}·{d_k} 个元素）——这正是题目要省掉的内存。"
+                          "让同组的查询头摞在一起、与同一个 K/V 头相乘（k[:, :, None] 这样的视图不复制）", key="copies_kv")
+
+    return run_checks("分组查询注意力", fn, [("6 组 (h_kv, 每组头数)，含 MHA、MQA 与真正的分组", cases),
+                                      ("T ≠ T_k 的一组：结果正确，而且不把 K/V 复制成 h 个头", no_copies)],
+                      verbose=verbose)
 
 
 # ---- 推导并核对：K/V 缓存每个词元多少字节 -----------------------------------------------------------------

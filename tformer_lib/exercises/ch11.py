@@ -21,6 +21,7 @@ from tformer_lib.costs import saved_tensor_bytes
 from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,
+    TorchCalls,
     Variant,
     as_bool,
     as_int,
@@ -179,7 +180,13 @@ def check_fp16_overflow(fn: Callable[..., Any], *, verbose: bool = True) -> Chec
             q = torch.full((d_k,), value, dtype=torch.float16)
             want = not bool(torch.isfinite(q @ q))
             answers.append(want)
-            got = as_bool(f(value, d_k), f"fp16_overflows({value:g}, {d_k}) 的返回值")
+            with TorchCalls() as calls:
+                returned = f(value, d_k)
+            if calls.producing(torch.float16):
+                raise Mistake(f"fp16_overflows({value:g}, {d_k}) 在 float16 里算了（{'、'.join(calls.producing(torch.float16))}）："
+                              "这是预测题，用 value 与 d_k 算出点积有多大、再与 float16 的最大值比，不要真的在 float16 里算",
+                              key="computed")
+            got = as_bool(returned, f"fp16_overflows({value:g}, {d_k}) 的返回值")
             if got != want:
                 total = value * value * d_k
                 if want:

@@ -183,7 +183,7 @@ def buggy_allreduce_gradients(model: nn.Module) -> nn.Module:
     return model
 
 
-_WORLD = 3  # 3 个进程：写死“除以 2”的答案在这里不对
+_WORLDS = (2, 3)  # 两种进程数各起一次：写死“除以 2”或“除以 3”的答案总有一种不对
 
 
 def _tiny_model(seed: int) -> nn.Module:
@@ -251,26 +251,22 @@ def _needs_process_group(exc: BaseException) -> bool:
 def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, timeout: float = 90.0) -> CheckResult:
     """检查改好的 ``fn(model) -> model``：在每个进程里把 ``model`` 每个参数的梯度换成**所有进程梯度的平均**。
 
-    真的起 3 个进程（gloo，:func:`~tformer_lib.parallel.launch.launch`）：每个进程用同一个小模型、整批数据里自己的
-    那一份算出梯度，调用 ``fn(model)``，再与一个进程用整批算出的梯度比较（4 组随机的模型与批大小）。
-    读者的函数先在本进程里试调一次：还是桩时立刻 ⏳，不起进程。检查期间库里的 ``allreduce_gradients`` 被禁用。
+    真的起进程（gloo，:func:`~tformer_lib.parallel.launch.launch`），2 个与 3 个各一次：每个进程用同一个小模型、
+    整批数据里自己的那一份算出梯度，调用 ``fn(model)``，再与一个进程用整批算出的梯度比较（每次 4 组随机的模型与
+    批大小）；进程数写死在代码里的答案过不了。读者的函数先在本进程里试调一次：还是桩时立刻 ⏳，不起进程。
+    检查期间库里的 ``allreduce_gradients`` 被禁用。
     """
     from tformer_lib.parallel.data_parallel import allreduce_gradients
     from tformer_lib.parallel.launch import DistributedError, launch
 
     cases_ = [(1201 + k, 1 + k % 3) for k in range(4)]
 
-    def synced(f):
-        try:  # 本进程里试调：桩 → ⏳、忘了 return → ❌，都不必起进程；没有进程组的报错是预料之中的
-            f(_grad_case(0, 2, -1, 1))
-        except Exception as exc:
-            if not (raised_by_student(exc) and _needs_process_group(exc)):
-                raise
+    def run_world(world: int):
         try:
-            results = launch(_allreduce_worker, _WORLD, (ship(fn), cases_), timeout=timeout)
+            results = launch(_allreduce_worker, world, (ship(fn), cases_), timeout=timeout)
         except DistributedError as exc:
             if "timeout" in str(exc):
-                raise Mistake(f"{_WORLD} 个进程没有在 {timeout:g} 秒内全部完成：是不是只有部分进程调用了 all_reduce，"
+                raise Mistake(f"{world} 个进程没有在 {timeout:g} 秒内全部完成：是不是只有部分进程调用了 all_reduce，"
                               "或者各进程调用的次数、张量形状不一样？集合通信要每个进程都参加", key="timeout") from None
             raise RuntimeError(f"起进程失败：{str(exc).splitlines()[0]}") from None
         comm_failures = []
@@ -298,25 +294,25 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
             raise Mistake(f"rank {comm_failures[0]} 上的集合通信失败了：别的进程已经结束、不再参加。是不是只有部分进程调用了 "
                           "all_reduce，或者各进程调用的次数不一样？集合通信要每个进程都参加、顺序相同", key="collective_mismatch")
         for k, (seed, per_rank) in enumerate(cases_):
-            want = _grads(_grad_case(seed, per_rank, -1, _WORLD))  # 一个进程、整批
+            want = _grads(_grad_case(seed, per_rank, -1, world))  # 一个进程、整批
             for name, ref in want.items():
                 got = [res["cases"][k]["synced"][name] for res in results]
                 local = [res["cases"][k]["local"][name] for res in results]
                 if ref is None:
                     continue
-                where = f"第 {k + 1} 组（每个进程 {per_rank} 个样本）参数 {name} 的梯度"
+                where = f"{world} 个进程、第 {k + 1} 组（每个进程 {per_rank} 个样本）参数 {name} 的梯度"
                 if any(g is None for g in got):
                     raise Mistake(f"{where}变成了 None：不要把梯度置空，就地改写 p.grad", key="values")
                 if all(torch.allclose(g, ref, atol=1e-6, rtol=1e-5) for g in got):
                     continue
-                if all(torch.allclose(g, _WORLD * ref, atol=1e-6, rtol=1e-5) for g in got):
-                    raise Mistake(f"{where}是整批梯度的 {_WORLD} 倍：all_reduce(SUM) 得到的是各进程梯度之和，"
+                if all(torch.allclose(g, world * ref, atol=1e-6, rtol=1e-5) for g in got):
+                    raise Mistake(f"{where}是整批梯度的 {world} 倍：all_reduce(SUM) 得到的是各进程梯度之和，"
                                   "还要除以进程数才是平均", key="sum_not_mean")
-                for d in (2, 4, 8):
-                    if all(torch.allclose(g, _WORLD * ref / d, atol=1e-6, rtol=1e-5) for g in got):
+                for d in (2, 3, 4, 8):
+                    if d != world and all(torch.allclose(g, world * ref / d, atol=1e-6, rtol=1e-5) for g in got):
                         raise Mistake(f"{where}是总和除以 {d}：进程数不要写死，用 dist.get_world_size()"
-                                      f"（这里有 {_WORLD} 个进程）", key="hard_coded_world_size")
-                if all(torch.allclose(g, l, atol=1e-7) or torch.allclose(g, l / _WORLD, atol=1e-7)
+                                      f"（这里有 {world} 个进程）", key="hard_coded_world_size")
+                if all(torch.allclose(g, l, atol=1e-7) or torch.allclose(g, l / world, atol=1e-7)
                        for g, l in zip(got, local)):
                     raise Mistake(f"{where}只用了本进程自己的数据：要先用 dist.all_reduce 把各进程的梯度加起来",
                                   key="no_all_reduce")
@@ -324,7 +320,17 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
                     raise Mistake(f"{where}在各进程上不一样：同步之后每个进程的梯度应完全相同", key="values")
                 raise Mistake(f"{where}与一个进程用整批算出的不一致", key="values")
 
-    return run_checks("手写梯度同步（取平均）", fn, [(f"{_WORLD} 个进程、4 组随机的模型与批大小，对照单进程整批", synced)],
+    def synced(f):
+        try:  # 本进程里试调：桩 → ⏳、忘了 return → ❌，都不必起进程；没有进程组的报错是预料之中的
+            f(_grad_case(0, 2, -1, 1))
+        except Exception as exc:
+            if not (raised_by_student(exc) and _needs_process_group(exc)):
+                raise
+        for world in _WORLDS:
+            run_world(world)
+
+    return run_checks("手写梯度同步（取平均）", fn,
+                      [(f"{' 与 '.join(map(str, _WORLDS))} 个进程各一次、每次 4 组随机的模型与批大小，对照单进程整批", synced)],
                       verbose=verbose, forbidden=(allreduce_gradients,))
 
 
