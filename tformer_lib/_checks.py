@@ -16,6 +16,17 @@ def positive_int(name: str, value) -> int:
     return value
 
 
+def positive_ints(name: str, values) -> list[int]:
+    """非空的正整数序列（NumPy 的整数也算；bool 不算），返回 Python ``int`` 的列表。"""
+    try:
+        values = list(values)
+    except TypeError:
+        raise TypeError(f"{name} 应是非空的正整数序列，收到 {type(values).__name__}") from None
+    if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1 for v in values):
+        raise ValueError(f"{name} 应是非空的正整数序列，收到 {values!r}")
+    return [int(v) for v in values]
+
+
 def tensor_with_dim(name: str, x, dim: int, layout: str) -> torch.Tensor:
     """要求 ``x`` 是 ``dim`` 维张量，``layout`` 是期望形状的写法，如 ``"(B, T, d_model)"``。"""
     if not isinstance(x, torch.Tensor):

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from .model import Transformer, count_parameters, make_model
-from .pretrained import TOY_TRAINING, _preserve_global_rng, cpu_fingerprint, load_toy_data, toy_model_config
+from .pretrained import TOY_TRAINING, preserve_global_rng, cpu_fingerprint, load_toy_data, toy_model_config
 from .seed import set_seed
 from .training.trainer import Trainer, evaluate
 
@@ -79,7 +79,7 @@ def make_ablation_model(arm: str, src_vocab_size: int, tgt_vocab_size: int, seed
     if arm not in FFN_ABLATION_ARMS:
         raise ValueError(f"arm 应是 {sorted(FFN_ABLATION_ARMS)} 之一，收到 {arm!r}")
     overrides, no_ffn = FFN_ABLATION_ARMS[arm]
-    with _preserve_global_rng():
+    with preserve_global_rng():
         set_seed(seed)
         model = make_model(toy_model_config(src_vocab_size, tgt_vocab_size, **overrides))
     return drop_feed_forward(model) if no_ffn else model
@@ -97,7 +97,7 @@ def run_ffn_ablation(seeds=(0, 1, 2), arms=tuple(FFN_ABLATION_ARMS), epochs: int
     if epochs is not None:
         training["epochs"] = epochs
     runs = []
-    with _preserve_global_rng():
+    with preserve_global_rng():
         for arm in arms:
             for seed in seeds:
                 model = make_ablation_model(arm, len(data["src_vocab"]), len(data["tgt_vocab"]), seed)

@@ -62,7 +62,7 @@ def scaled_dot_product_attention(
     return attended @ v, weights  # (..., T_q, d_v), (..., T_q, T_k)
 
 
-_SDPA_HAS_GQA = TorchVersion(torch.__version__) >= "2.5"  # F.scaled_dot_product_attention 的 enable_gqa 从 2.5 起才有
+SDPA_HAS_GQA = TorchVersion(torch.__version__) >= "2.5"  # F.scaled_dot_product_attention 的 enable_gqa 从 2.5 起才有
 
 
 def _torch_sdpa(q, k, v, **kwargs) -> torch.Tensor:
@@ -286,7 +286,7 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.update(k, v)  # 自注意力：把新位置的 K、V 接在已缓存的后面
         # GQA：每个 K/V 头由同组的查询头共用。快速路径让 SDPA 直接按组读（enable_gqa，不复制，训练也一样）；
         # 显式路径把它复制给同组的查询头（复制的反向把同组的梯度加回一个头）
-        if self.n_kv_heads != self.n_heads and not (self.fast and _SDPA_HAS_GQA):
+        if self.n_kv_heads != self.n_heads and not (self.fast and SDPA_HAS_GQA):
             group = self.n_heads // self.n_kv_heads
             k = k.repeat_interleave(group, dim=1)  # (B, h, T_k, d_k)
             v = v.repeat_interleave(group, dim=1)  # (B, h, T_k, d_k)

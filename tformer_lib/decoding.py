@@ -69,7 +69,7 @@ def _check_src(src: torch.Tensor) -> None:
         raise ValueError(f"src 是空批次（形状 {tuple(src.shape)}）：至少要有一句（B ≥ 1）")
 
 
-def _model_max_len(model: nn.Module) -> int | None:
+def model_max_len(model: nn.Module) -> int | None:
     """模型能表示的最长目标前缀（位置编码的 ``max_len``）；不加位置编码的模型没有上限（None）。"""
     config = getattr(model, "config", None)
     if getattr(config, "positional", None) == "none":
@@ -83,7 +83,7 @@ def _default_max_len(model: nn.Module, src: torch.Tensor, max_len: int | None) -
 
     生成第 L 个词时解码器的输入是 BOS 加前 L−1 个词，共 L 个位置，所以 L 最多等于 ``config.max_len``。
     """
-    limit = _model_max_len(model)
+    limit = model_max_len(model)
     if max_len is None:
         default = src.shape[1] + 10
         return default if limit is None else min(default, limit)

@@ -100,15 +100,15 @@ def _norm_bytes(kind: str, btd: int, bt: int, e: int) -> int:
     return 2 * btd * e + bt * _FP32  # x、x/rms 各 (B, T, d) + 1/rms (B, T, 1)
 
 
-def _sdpa_kv_bytes(config, bt: int, e: int) -> int:
+def sdpa_kv_bytes(config, bt: int, e: int) -> int:
     """快速路径为反向保存的 k（或 v）一份的字节：SDPA 按组读时只有 ``(B, h_kv, T, d_k)``，否则是复制后的 ``(B, h, T, d_k)``。"""
-    from .attention import _SDPA_HAS_GQA
+    from .attention import SDPA_HAS_GQA
 
-    heads = config.kv_heads if _SDPA_HAS_GQA else config.n_heads
+    heads = config.kv_heads if SDPA_HAS_GQA else config.n_heads
     return bt * heads * config.d_k * e
 
 
-def _concat_copies(config, length: int) -> bool:
+def concat_copies(config, length: int) -> bool:
     """快速路径拼接各头时是否复制：RoPE 旋转出的 q 是连续的 ``(B, h, T, d_k)``，SDPA 的输出随它，换回 ``(B, T, d)``
     要复制——除非 T = 1 或 h = 1（那时转置不改变内存布局）。没有 RoPE 时 q 是转置视图，拼接与输出共用存储。"""
     return config.positional == "rope" and length > 1 and config.n_heads > 1
@@ -164,7 +164,7 @@ def lm_activation_bytes(
     block_inputs = 2 * btd * e  # 归一化后送进 W^Q/W^K/W^V 与 W_1 的输入
     if c.fast_attention:
         # q、k、v、输出、拼接 + lse；没有 RoPE 时输出与拼接共用一份存储（见文档字符串）；GQA 的 k、v 只有 h_kv 个头
-        attn = (3 if _concat_copies(c, T) else 2) * btd * e + 2 * _sdpa_kv_bytes(c, bt, e) + B * c.n_heads * T * _FP32
+        attn = (3 if concat_copies(c, T) else 2) * btd * e + 2 * sdpa_kv_bytes(c, bt, e) + B * c.n_heads * T * _FP32
     else:
         parts = attention_memory(B, T, T, c.d_model, c.n_heads, e)
         attn = sum(parts.values()) + 2 * T * T * _BOOL  # 两处 ~mask
@@ -192,7 +192,7 @@ def lm_activation_bytes(
     return out
 
 
-def _lm_loss(model, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def lm_loss(model, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     logits = model(tokens)  # (B, T, V)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=model.config.pad_id)
 
@@ -204,7 +204,7 @@ def measure_activation_bytes(model: nn.Module, tokens: torch.Tensor, targets: to
     :func:`~tformer_lib.costs.saved_tensor_bytes`）。在当前的 autocast 与激活重算设置下测量。
     """
     params = tuple(model.parameters())
-    return saved_tensor_bytes(lambda: _lm_loss(model, tokens, targets), exclude=params)
+    return saved_tensor_bytes(lambda: lm_loss(model, tokens, targets), exclude=params)
 
 
 def training_memory(

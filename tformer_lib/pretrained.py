@@ -131,7 +131,7 @@ def _fingerprint(config: TransformerConfig, training: dict, seed: int, corpus: T
 
 
 @contextmanager
-def _preserve_global_rng():
+def preserve_global_rng():
     """训练会消耗并重设全局随机状态（set_seed、dropout）；结束后恢复调用者原来的状态。"""
     py_state, np_state, torch_state = random.getstate(), np.random.get_state(), torch.get_rng_state()
     try:
@@ -183,7 +183,7 @@ def load_or_train_toy_model(
     given = dict(batch_size=batch_size, warmup=warmup, lr_factor=lr_factor, label_smoothing=label_smoothing,
                  clip_grad_norm=clip_grad_norm, eval_decode=eval_decode)
     training_overrides = {k: v for k, v in given.items() if v is not DEFAULT}
-    with _preserve_global_rng():  # 建模型（初始化）与训练都会消耗全局随机数
+    with preserve_global_rng():  # 建模型（初始化）与训练都会消耗全局随机数
         return _load_or_train(positional, epochs, seed, cache, retrain, directory, progress, verbose,
                               config_overrides, training_overrides)
 

@@ -120,10 +120,10 @@ def check_softmax_launch(fn: Callable[..., Any], *, verbose: bool = True) -> Che
             if not torch.equal(as_tensor(raw, f"{call}你的函数的返回值"), out.double()):
                 raise Mistake(f"{call}：返回的张量与 out 里写下的不同——内核把结果写进 out，函数再 return out", key="not_out")
 
-    from tformer_lib.kernels.softmax import _softmax_kernel, softmax_rows
+    from tformer_lib.kernels.softmax import softmax_kernel, softmax_rows
 
     return run_checks("逐行 softmax 内核的掩码", fn, [("5 组行长不是 2 的幂、行后还有别的数据的输入", rows)],
-                      verbose=verbose, forbidden=(softmax_rows, _softmax_kernel, torch.softmax))
+                      verbose=verbose, forbidden=(softmax_rows, softmax_kernel, torch.softmax))
 
 
 # ---- 推导并核对：朴素注意力与 FlashAttention 的显存字节 ------------------------------------------------------

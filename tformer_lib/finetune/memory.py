@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import one_of, positive_int
-from ..memory import _concat_copies, _sdpa_kv_bytes, lm_activation_bytes, model_state_bytes
+from ..memory import concat_copies, sdpa_kv_bytes, lm_activation_bytes, model_state_bytes
 from ..quant.sizes import linear_shapes, parameter_count, weight_bytes
 from .lora import check_targets
 
@@ -93,7 +93,7 @@ def lora_activation_bytes(config, batch: int, length: int, targets=("w_q", "w_v"
     bt, btd, btf = B * T, B * T * c.d_model, B * T * c.d_ff
     rope_tables = 2 * T * (c.d_k // 2) * e  # RoPE 的 cos、sin 表：各层共用，只存一次
     # SDPA：q、输出、k、v（GQA 时只有 h_kv 个头）+ lse（因果掩码交给 is_causal，不存）
-    core = 2 * btd * e + 2 * _sdpa_kv_bytes(c, bt, e) + B * c.n_heads * T * _FP32
+    core = 2 * btd * e + 2 * sdpa_kv_bytes(c, bt, e) + B * c.n_heads * T * _FP32
     rope_saved = False
     has = {t: t in chosen for t in LORA_TARGETS}
     ffn_in = has["w_1"] or has["w_3"]
@@ -106,7 +106,7 @@ def lora_activation_bytes(config, batch: int, length: int, targets=("w_q", "w_v"
         # 拼接后的输出只给 W^O 的支路用；没有 RoPE 时它与 SDPA 的输出共用存储（见 lm_activation_bytes），
         # SDPA 自己存了输出（q、k、v 要梯度）就不另占
         saves_output = q or k or v
-        concat = has["w_o"] and (_concat_copies(c, T) or not saves_output)
+        concat = has["w_o"] and (concat_copies(c, T) or not saves_output)
         attention = (core if saves_output else 0) + btd * e * concat
         if c.positional == "rope" and (q or k) and not rope_saved:
             attention, rope_saved = attention + rope_tables, True

@@ -22,7 +22,7 @@ __all__ = ["softmax_rows", "softmax_rows_reference"]
 
 
 @triton.jit
-def _softmax_kernel(x_ptr, out_ptr, n_cols, n_rows_per_matrix, stride_x, stride_out, scale,
+def softmax_kernel(x_ptr, out_ptr, n_cols, n_rows_per_matrix, stride_x, stride_out, scale,
                     CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
     row = tl.program_id(0)  # 一个程序实例 = 一行
     cols = tl.arange(0, BLOCK_N)  # (BLOCK_N,) ≥ n_cols
@@ -52,7 +52,7 @@ def softmax_rows(x: torch.Tensor, *, scale: float = 1.0, causal: bool = False) -
 
     ``causal=True`` 时第 i 行（每个 ``(M, N)`` 矩阵内的行号）只保留列 ≤ i。
     """
-    check_tensors(_softmax_kernel, ("x", x))
+    check_tensors(softmax_kernel, ("x", x))
     flag("causal", causal)
     finite_positive("scale", scale)
     if x.dim() < 1 or x.shape[-1] == 0:
@@ -64,6 +64,6 @@ def softmax_rows(x: torch.Tensor, *, scale: float = 1.0, causal: bool = False) -
     rows = x.contiguous().view(-1, n_cols)  # (R, N)：所有行摞在一起
     out = torch.empty_like(rows)  # (R, N)
     if rows.shape[0]:
-        _softmax_kernel[(rows.shape[0],)](rows, out, n_cols, n_rows_per_matrix, rows.stride(0), out.stride(0),
+        softmax_kernel[(rows.shape[0],)](rows, out, n_cols, n_rows_per_matrix, rows.stride(0), out.stride(0),
                                           float(scale), CAUSAL=causal, BLOCK_N=next_power_of_2(n_cols))
     return out.view(x.shape)  # 恢复原形状

@@ -70,7 +70,7 @@ def filter_top_p(logits: torch.Tensor, top_p: float | None) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def _banned_ids(suppress_ids: Sequence[int], vocab_size: int) -> list[int]:
+def banned_ids(suppress_ids: Sequence[int], vocab_size: int) -> list[int]:
     """``suppress_ids`` 检查后去重排序；每个 id 都要在词表 ``[0, vocab_size)`` 内。"""
     return sorted(set(check_suppress_ids(suppress_ids, vocab_size)))
 
@@ -86,7 +86,7 @@ def _suppress(logits: torch.Tensor, suppress_ids: Sequence[int]) -> tuple[torch.
 
     某一行的最大值不是有限数就报错：整行被屏蔽，或有 NaN/+inf（``max`` 遇到 NaN 返回 NaN，所以一次检查就够）。
     """
-    banned = _banned_ids(suppress_ids, logits.shape[-1])
+    banned = banned_ids(suppress_ids, logits.shape[-1])
     if banned:
         logits = logits.clone()
         logits[..., banned] = float("-inf")

@@ -79,7 +79,7 @@ def global_batches(n_samples: int, batch_size: int, world_size: int, seed: int =
     return [torch.cat(parts) for parts in zip(*per_rank)]
 
 
-def _lm_loss(model, block: torch.Tensor) -> torch.Tensor:
+def lm_loss(model, block: torch.Tensor) -> torch.Tensor:
     """本进程自己的平均损失（只对本进程的目标求平均；PAD 不均匀时不是整批的平均，见 :func:`global_mean_lm_loss`）。"""
     inputs, targets = block[:, :-1], block[:, 1:]  # (b, L), (b, L)
     logits = model(inputs)  # (b, L, V)
@@ -110,7 +110,7 @@ def global_mean_lm_loss(model, block: torch.Tensor) -> tuple[torch.Tensor, float
     return total * (world_size / n_targets), float(stats[0]) / n_targets
 
 
-def _new_model(config_dict: dict, state: dict):
+def new_model(config_dict: dict, state: dict):
     from ..lm import LMConfig, make_lm
 
     model = make_lm(LMConfig.from_dict(config_dict))
@@ -162,7 +162,7 @@ def train_lm_worker(rank: int, world_size: int, modes, config_dict: dict, state:
     out = {}
     batches = rank_batches(len(blocks), batch_size, rank, world_size, seed)
     for mode in modes:
-        model = _new_model(config_dict, state)
+        model = new_model(config_dict, state)
         sent = {"bytes": 0}
         if mode == "manual":
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -190,7 +190,7 @@ def train_single_process(model, blocks: torch.Tensor, steps: int, batch_size: in
                          seed: int = 0) -> dict:
     """参照：一个进程、整批，数据与 ``world_size`` 个进程的数据并行逐步相同。``model`` 不被修改。"""
     _check_run(blocks, steps, batch_size, lr, world_size)
-    model = _new_model(model.config.to_dict(), model.state_dict())
+    model = new_model(model.config.to_dict(), model.state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = _train(model, optimizer, global_batches(len(blocks), batch_size, world_size, seed), blocks, steps)
     return {"losses": losses, "params": {k: v.detach().clone() for k, v in model.named_parameters()}}

@@ -29,7 +29,7 @@ from ..specials import PAD
 from .comm import data_parallel_payload, pipeline_payload, tensor_parallel_payload
 from .data_parallel import train_lm_worker, train_single_process
 from .fsdp import fsdp_train_worker
-from .launch import _HOST, STARTUP_TIMEOUT, DistributedError, _collect, _dumps, backend_for, launch
+from .launch import HOST, STARTUP_TIMEOUT, DistributedError, collect_outputs, dump_bytes, backend_for, launch
 from .pipeline import pipeline_worker
 from .schedule import idle_fraction
 from .tensor_parallel import ResidualBlock, gather_manual_params, tp_train_worker, train_single_block
@@ -46,7 +46,7 @@ def _pool_worker(rank, world_size, port, backend, timeout, threads, tasks, resul
     torch.set_num_threads(threads)
     try:
         limit = timedelta(seconds=timeout + STARTUP_TIMEOUT)  # 组成进程组要等最慢的进程启动完
-        store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=limit)
+        store = dist.TCPStore(HOST, port, world_size, is_master=False, timeout=limit)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=limit)
     except BaseException:  # noqa: BLE001 — 报回父进程，它才不会等到超时
         results.put((rank, -1, "error", traceback.format_exc()))
@@ -60,7 +60,7 @@ def _pool_worker(rank, world_size, port, backend, timeout, threads, tasks, resul
             task_id, payload = item
             try:
                 fn, args = _loads(payload)
-                results.put((rank, task_id, "ok", _dumps(fn(rank, world_size, *args))))
+                results.put((rank, task_id, "ok", dump_bytes(fn(rank, world_size, *args))))
             except BaseException:  # noqa: BLE001
                 results.put((rank, task_id, "error", traceback.format_exc()))
                 break  # 集合通信可能停在半路：这个进程组不能再用
@@ -91,7 +91,7 @@ class WorkerPool:
         if backend == "nccl":
             raise ValueError("WorkerPool 只演示 CPU（gloo）；GPU 上请用 launch(..., device='cuda')")
         self.world_size, self.timeout = world_size, timeout
-        self._store = dist.TCPStore(_HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout + STARTUP_TIMEOUT),
+        self._store = dist.TCPStore(HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout + STARTUP_TIMEOUT),
                                     wait_for_workers=False)
         ctx = mp.get_context("spawn")
         self._results = ctx.Queue()
@@ -113,7 +113,7 @@ class WorkerPool:
             raise TypeError(f"fn 应是可调用的顶层函数，收到 {type(fn).__name__}")
         timeout = self.timeout if timeout is None else timeout
         task_id, self._next = self._next, self._next + 1
-        payload = _dumps((fn, tuple(args)))
+        payload = dump_bytes((fn, tuple(args)))
         for q in self._tasks:
             q.put((task_id, payload))
 
@@ -124,7 +124,7 @@ class WorkerPool:
                     return rank, status, body
 
         try:
-            outputs = _collect(receive, self._procs, self.world_size, timeout, self._ready,
+            outputs = collect_outputs(receive, self._procs, self.world_size, timeout, self._ready,
                                f"任务 {getattr(fn, '__name__', fn)}")
         except BaseException:
             self.close(force=True)

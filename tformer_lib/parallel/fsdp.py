@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .data_parallel import _new_model, global_mean_lm_loss, rank_batches
+from .data_parallel import new_model, global_mean_lm_loss, rank_batches
 
 __all__ = ["fsdp_train_worker", "local_bytes"]
 
@@ -40,7 +40,7 @@ def fsdp_train_worker(rank: int, world_size: int, config_dict: dict, state: dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    model = _new_model(config_dict, state)
+    model = new_model(config_dict, state)
     n_params = sum(p.numel() for p in model.parameters())  # 共享的权重只算一次
     mesh = init_device_mesh("cpu", (world_size,))
     for block in model.blocks:

@@ -33,7 +33,7 @@ import torch.multiprocessing as mp
 
 __all__ = ["backend_for", "launch", "init_from_env", "is_rank0", "rank_print", "DistributedError", "STARTUP_TIMEOUT"]
 
-_HOST = "127.0.0.1"
+HOST = "127.0.0.1"
 #: 进程启动（spawn、导入 torch、连上 store、组成进程组）最多等多少秒；不算在 ``timeout`` 里（见模块说明）
 STARTUP_TIMEOUT = 300.0
 #: 先收到的只是通信错误时，再等真正出错的进程报来原因的秒数
@@ -56,7 +56,7 @@ def backend_for(device: str | torch.device = "cpu") -> str:
     raise ValueError(f"device={device!r} 不受支持：分布式训练只支持 cpu（gloo）或 cuda（nccl）")
 
 
-def _dumps(obj) -> bytes:
+def dump_bytes(obj) -> bytes:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     return buffer.getvalue()
@@ -111,7 +111,7 @@ def _failure_message(errors: dict[int, str], dead: dict[int, int]) -> str:
     return head
 
 
-def _collect(receive, procs, world_size: int, timeout: float, ready: set, what: str) -> dict[int, bytes]:
+def collect_outputs(receive, procs, world_size: int, timeout: float, ready: set, what: str) -> dict[int, bytes]:
     """父进程收结果：``receive(秒)`` 返回一条 ``(rank, status, payload)``（status 为 "ready"/"ok"/"error"），
     超时抛 ``queue.Empty``。``ready`` 是已就绪的 rank（常驻的进程池跨任务保留它）。
 
@@ -174,11 +174,11 @@ def _worker(rank, world_size, port, backend, timeout, threads, fn, packed_args, 
             torch.cuda.set_device(rank % torch.cuda.device_count())
         # 组成进程组时要等最慢的进程启动完：store 与进程组的超时含启动的时间
         limit = timedelta(seconds=timeout + STARTUP_TIMEOUT)
-        store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=limit)
+        store = dist.TCPStore(HOST, port, world_size, is_master=False, timeout=limit)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=limit)
         results.put((rank, "ready", None))
         out = fn(rank, world_size, *args)
-        results.put((rank, "ok", _dumps(out)))
+        results.put((rank, "ok", dump_bytes(out)))
     except BaseException:  # noqa: BLE001 — 任何异常都要报回父进程，否则父进程只能等到超时
         results.put((rank, "error", traceback.format_exc()))
     finally:
@@ -206,19 +206,19 @@ def launch(fn, world_size: int = 2, args: tuple = (), *, device: str = "cpu", ti
     if backend == "nccl" and torch.cuda.device_count() < 1:
         raise ValueError("device='cuda' 但这台机器没有可用的 GPU")
     # 父进程持有 store 的服务端：port=0 由操作系统分配空闲端口
-    store = dist.TCPStore(_HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout + STARTUP_TIMEOUT),
+    store = dist.TCPStore(HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout + STARTUP_TIMEOUT),
                           wait_for_workers=False)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     # 参数按字节传（torch.save），不走 multiprocessing 的张量共享内存：否则各进程原地更新的是父进程的同一块存储
-    packed = _dumps(tuple(args))
+    packed = dump_bytes(tuple(args))
     procs = [ctx.Process(target=_worker, args=(r, world_size, store.port, backend, timeout, threads, fn, packed, results),
                          daemon=True) for r in range(world_size)]
     for p in procs:
         p.start()
     outputs: dict[int, bytes] = {}
     try:
-        outputs = _collect(lambda seconds: results.get(timeout=seconds), procs, world_size, timeout, set(),
+        outputs = collect_outputs(lambda seconds: results.get(timeout=seconds), procs, world_size, timeout, set(),
                            getattr(fn, "__name__", "launch"))
     finally:
         finished = len(outputs) == world_size

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .data_parallel import _lm_loss, _new_model, allreduce_gradients
+from .data_parallel import lm_loss, new_model, allreduce_gradients
 from .launch import launch
 
 __all__ = ["throughput_worker", "measure_throughput", "run_throughput_rounds", "write_throughput_results",
@@ -31,7 +31,7 @@ def throughput_worker(rank: int, world_size: int, config_dict: dict, state: dict
     """
     from torch.nn.parallel import DistributedDataParallel
 
-    model = _new_model(config_dict, state)
+    model = new_model(config_dict, state)
     net = DistributedDataParallel(model) if ddp and world_size > 1 else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     per_rank = batch_size // world_size
@@ -40,7 +40,7 @@ def throughput_worker(rank: int, world_size: int, config_dict: dict, state: dict
         start = time.perf_counter()
         rows = torch.arange(per_rank) + (step * batch_size + rank * per_rank) % max(1, len(blocks) - per_rank)
         optimizer.zero_grad(set_to_none=True)
-        _lm_loss(net, blocks[rows]).backward()  # DDP 时 all-reduce 在这里面，与反向重叠
+        lm_loss(net, blocks[rows]).backward()  # DDP 时 all-reduce 在这里面，与反向重叠
         if world_size > 1 and not ddp:
             t = time.perf_counter()
             allreduce_gradients(model)

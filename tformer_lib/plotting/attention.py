@@ -29,7 +29,7 @@ def _select_head(weights: Any, head: int, batch: int) -> np.ndarray:
     return w
 
 
-def _as_layers(weights: Any) -> list[np.ndarray]:
+def as_layers(weights: Any) -> list[np.ndarray]:
     """统一成“每层一个 ``(B, h, T_q, T_k)`` 数组”的列表。"""
     if isinstance(weights, dict):
         raise TypeError("weights 应是一层的张量或每层一个张量的列表；字典请先取一项，如 weights['encoder_self']")
@@ -89,7 +89,7 @@ def plot_attention_grid(
     ``weights``：每层一个 ``(B, h, T_q, T_k)`` 张量的列表（例如 ``model.attention_weights()["encoder_self"]``），
     或单独一层的 ``(B, h, T_q, T_k)`` / ``(h, T_q, T_k)`` 张量。``layers``、``heads`` 选出要画的子集。
     """
-    per_layer = _as_layers(weights)
+    per_layer = as_layers(weights)
     n_layers, n_heads = len(per_layer), per_layer[0].shape[1]
     layers = list(range(n_layers)) if layers is None else [int(i) for i in layers]
     heads = list(range(n_heads)) if heads is None else [int(i) for i in heads]
@@ -134,7 +134,7 @@ ATTENTION_KINDS = {
 }
 
 
-def _model_layers(attention: Any, kind: str) -> list:
+def model_layers(attention: Any, kind: str) -> list:
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"kind={kind!r} 应为 {list(ATTENTION_KINDS)} 之一")
     if not isinstance(attention, dict) or kind not in attention:
@@ -165,7 +165,7 @@ def plot_model_attention(
     ``kind``：``"encoder_self"``（行列都是源词元）、``"decoder_self"``（行列都是目标词元）或
     ``"decoder_cross"``（行 = 目标词元，列 = 源词元）。标签按 kind 自动对应到 ``src_tokens``/``tgt_tokens``。
     """
-    layers = _model_layers(attention, kind)
+    layers = model_layers(attention, kind)
     if not 0 <= layer < len(layers):
         raise ValueError(f"layer={layer} 超出范围：{kind} 共 {len(layers)} 层")
     name, q_kind, k_kind = ATTENTION_KINDS[kind]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tformer_lib._checks import positive_ints
 from tformer_lib.plotting._common import check_positive_int, new_figure
 
 __all__ = ["attention_io_table", "plot_attention_io"]
@@ -16,19 +17,12 @@ __all__ = ["attention_io_table", "plot_attention_io"]
 _NAIVE, _TILED = "#d62728", ("#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
-def _positive_ints(name: str, values) -> list[int]:
-    values = list(values)
-    if not values:
-        raise ValueError(f"{name} 应是非空的正整数序列，收到 {values!r}")
-    return [check_positive_int(v, name) for v in values]
-
-
 def attention_io_table(lengths: Sequence[int], d: int, block_ms: Sequence[int], *, naive_block: int = 64,
                        causal: bool = False, element_bytes: int = 4) -> dict:
     """画图用的数：``{"naive": [每个 T 的总字节], "scores_and_weights": […], block_m: […] 每个查询块大小一行}``。"""
     from tformer_lib.kernels.io_bytes import flash_attention_io_bytes, naive_attention_io_bytes
 
-    lengths, block_ms = _positive_ints("lengths", lengths), _positive_ints("block_ms", block_ms)
+    lengths, block_ms = positive_ints("lengths", lengths), positive_ints("block_ms", block_ms)
     check_positive_int(d, "d")
     check_positive_int(naive_block, "naive_block")
     naive = [naive_attention_io_bytes(t, d, naive_block, naive_block, element_bytes=element_bytes) for t in lengths]

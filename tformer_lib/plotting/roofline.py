@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from tformer_lib._checks import positive_ints
 from tformer_lib.plotting._common import new_figure
 
 __all__ = ["plot_arithmetic_intensity", "plot_roofline"]
@@ -21,13 +22,6 @@ def _positive_number(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not value > 0:
         raise ValueError(f"{name} 应为正数，收到 {value!r}")
     return float(value)
-
-
-def _positive_ints(name: str, values) -> list[int]:
-    values = list(values)
-    if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in values):
-        raise ValueError(f"{name} 应是非空的正整数序列，收到 {values!r}")
-    return [int(v) for v in values]
 
 
 # ---------------------------------------------------------------- 算术强度与屋顶线
@@ -43,14 +37,14 @@ def plot_arithmetic_intensity(config, *, batch_sizes: Sequence[int] = (1, 2, 4, 
     蓝线：一条长 T 的提示的预填充（默认 T 取不超过 ``max_len`` 的 ``batch_sizes``）。给出测得的 ``peak_flops``
     （FLOP/s）与 ``bandwidth``（字节/秒）时，再画机器平衡点的水平线：线下访存受限，线上算力受限。
     """
-    from tformer_lib.serving.roofline import _check, decode_cost, machine_balance, prefill_cost
+    from tformer_lib.serving.roofline import check_config, decode_cost, machine_balance, prefill_cost
 
-    _check(config)
-    batch_sizes = _positive_ints("batch_sizes", batch_sizes)
+    check_config(config)
+    batch_sizes = positive_ints("batch_sizes", batch_sizes)
     context = config.max_len // 2 if context is None else context
     if prompt_lens is None:
         prompt_lens = [t for t in batch_sizes if t <= config.max_len] or [config.max_len]
-    prompt_lens = _positive_ints("prompt_lens", prompt_lens)
+    prompt_lens = positive_ints("prompt_lens", prompt_lens)
     decode = [decode_cost(config, b, context, bytes_per_element)["intensity"] for b in batch_sizes]
     prefill = [prefill_cost(config, t, 1, bytes_per_element)["intensity"] for t in prompt_lens]
     if ax is None:

@@ -14,7 +14,8 @@ import matplotlib
 import numpy as np
 
 from tformer_lib.plotting._common import blank_figure, new_figure
-from tformer_lib.plotting.roofline import _positive_ints, plot_arithmetic_intensity, plot_roofline  # noqa: F401（第 13 章的图都能从这里导入）
+from tformer_lib._checks import positive_ints
+from tformer_lib.plotting.roofline import plot_arithmetic_intensity, plot_roofline  # noqa: F401（第 13 章的图都能从这里导入）
 
 __all__ = [
     "plot_arithmetic_intensity",

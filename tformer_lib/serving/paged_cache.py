@@ -189,7 +189,7 @@ class BlockManager:
             del self._prefix[key]
 
 
-class _PagedLayer(AttentionCache):
+class PagedLayer(AttentionCache):
     """一层注意力眼中的分页缓存：``update`` 把新 K/V 写进槽位，再按块表收集出整批的 K/V。"""
 
     def __init__(self, store_k, store_v, new_index, write_slots, read_slots):
@@ -319,7 +319,7 @@ class PagedKVCache:
         write_slots = torch.tensor([slot for row in write for slot in row], device=device)  # (N_new,)
         read = read.to(device)
         cache = LMCache(len(self.k))
-        cache.layers = [_PagedLayer(k, v, new_index, write_slots, read) for k, v in zip(self.k, self.v)]
+        cache.layers = [PagedLayer(k, v, new_index, write_slots, read) for k, v in zip(self.k, self.v)]
         cache.length = width - t_new
         positions = (start[:, :, 0] + step[:, :, 0]).clamp(max=self.max_len - 1)  # (B, T_new)；填充处截在上下文内
         return cache, positions.to(device), valid[:, None].to(device)
@@ -339,7 +339,7 @@ class PagedKVCache:
         device = self.k[0].device
         write_slots, read = torch.tensor(write, device=device), read.to(device)  # (B,), (B, T_k)
         cache = LMCache(len(self.k))
-        cache.layers = [_PagedLayer(k, v, None, write_slots, read) for k, v in zip(self.k, self.v)]
+        cache.layers = [PagedLayer(k, v, None, write_slots, read) for k, v in zip(self.k, self.v)]
         cache.length = width - 1
         return cache, start[:, None].to(device), valid[:, None, None].to(device)  # (B, 1), (B, 1, 1, T_k)
 

@@ -48,7 +48,8 @@ __all__ = [
 ]
 
 
-def _check(config) -> LMConfig:
+def check_config(config) -> LMConfig:
+    """``config`` 必须是 :class:`~tformer_lib.lm.LMConfig`（算术强度与屋顶线的公式只认它）。"""
     if not isinstance(config, LMConfig):
         raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")
     return config
@@ -63,7 +64,7 @@ def lm_weight_elements(config: LMConfig) -> dict[str, int]:
 
     词嵌入与位置嵌入是查表，每个词元只读一行，不计；偏置与归一化的参数很少，也不计。
     """
-    c = _check(config)
+    c = check_config(config)
     kv_dim = c.kv_heads * c.d_k  # GQA：W^K、W^V 只投影到 n_kv_heads·d_k 维
     attention = 2 * c.d_model * c.d_model + 2 * c.d_model * kv_dim  # W^Q、W^O + W^K、W^V
     ffn = _ffn_matrices(c) * c.d_model * c.d_ff
@@ -88,7 +89,7 @@ def lm_forward_flops(config: LMConfig, batch: int, new_tokens: int, context: int
     预填充 T 个词元：``new_tokens = context = T``；解码第 L 个位置：``new_tokens = 1, context = L``。
     返回 ``{"projections", "attention", "ffn", "head", "total"}``（矩阵乘法 FLOPs）。
     """
-    c = _check(config)
+    c = check_config(config)
     _check_step(batch, new_tokens, context, c)
     rows = batch * new_tokens  # 送进每个矩阵乘法的行数 B·T_new
     w = lm_weight_elements(c)
@@ -104,7 +105,7 @@ def lm_forward_flops(config: LMConfig, batch: int, new_tokens: int, context: int
 def lm_forward_bytes(config: LMConfig, batch: int, new_tokens: int, context: int,
                      bytes_per_element: int = 4) -> dict[str, int]:
     """同一次前向搬动的字节数：``{"weights", "kv_cache", "activations", "total"}``（口径见模块说明）。"""
-    c = _check(config)
+    c = check_config(config)
     _check_step(batch, new_tokens, context, c)
     positive_int("bytes_per_element", bytes_per_element)
     e = bytes_per_element

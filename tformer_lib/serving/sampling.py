@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..lm.generate import _banned_ids, greedy_tokens, next_token_distribution
+from ..lm.generate import banned_ids, greedy_tokens, next_token_distribution
 
 __all__ = ["Sampling", "pick_tokens"]
 
@@ -55,7 +55,7 @@ GREEDY = Sampling()
 def pick_tokens(logits: torch.Tensor, samplings: Sequence[Sampling | None], suppress_ids: Sequence[int]) -> list[int]:
     """``logits`` ``(B, V)`` 的每一行按 ``samplings[b]``（``None`` = 贪心）取一个词元，返回 B 个 id。"""
     tokens = greedy_tokens(logits, suppress_ids).tolist()  # 同时检查了 logits 与 suppress_ids
-    banned = _banned_ids(suppress_ids, logits.shape[-1])
+    banned = banned_ids(suppress_ids, logits.shape[-1])
     for b, sampling in enumerate(samplings):
         if sampling is None or sampling.greedy:
             continue

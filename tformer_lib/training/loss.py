@@ -39,7 +39,7 @@ def label_smoothing_loss(
     smoothing: ε ∈ [0, 1)。
     reduction: ``"mean"``（按真实词元平均）、``"sum"`` 或 ``"none"``（逐位置，PAD 处为 0）。
     """
-    _check_smoothing(smoothing)
+    check_smoothing(smoothing)
     one_of("reduction", reduction, REDUCTIONS)
     if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
         raise TypeError(f"logits 应是浮点 torch.Tensor (..., V)，收到 {getattr(logits, 'dtype', type(logits).__name__)}")
@@ -66,7 +66,7 @@ def label_smoothing_loss(
 REDUCTIONS = ("mean", "sum", "none")
 
 
-def _check_smoothing(smoothing) -> None:
+def check_smoothing(smoothing) -> None:
     if isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real) or not 0.0 <= smoothing < 1.0:
         raise ValueError(f"smoothing 应在 [0, 1) 内，收到 {smoothing!r}")
 
@@ -76,7 +76,7 @@ class LabelSmoothingLoss(nn.Module):
 
     def __init__(self, smoothing: float = 0.1, pad_id: int = PAD, reduction: str = "mean"):
         super().__init__()
-        _check_smoothing(smoothing)
+        check_smoothing(smoothing)
         one_of("reduction", reduction, REDUCTIONS)  # 构造时就检查，不要等到第一次调用
         self.smoothing = float(smoothing)
         self.pad_id = pad_id

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ..decoding import _model_max_len, greedy_decode, ids_to_lists
+from ..decoding import model_max_len, greedy_decode, ids_to_lists
 from ..data.batching import Batch, batch_iterator, num_batches
-from .loss import _check_smoothing, label_smoothing_loss
+from .loss import check_smoothing, label_smoothing_loss
 from .schedule import make_optimizer, make_scheduler
 
 __all__ = ["History", "Trainer", "evaluate", "TrainingDivergedError", "METRIC_NAMES", "epoch_line"]
@@ -138,7 +138,7 @@ def evaluate(
                 limit = max_len
                 if limit is None:  # 默认：参考译文长度 + 5，但不超过模型能表示的长度
                     limit = batch.tgt_out.shape[1] + 5
-                    model_limit = _model_max_len(model)
+                    model_limit = model_max_len(model)
                     limit = limit if model_limit is None else min(limit, model_limit)
                 out = decode_fn(model, batch.src) if decode_fn else greedy_decode(model, batch.src, limit)
                 for hyp, ref in zip(ids_to_lists(out), ids_to_lists(batch.tgt_out)):
@@ -203,7 +203,7 @@ class Trainer:
             raise ValueError("train_data 为空：至少需要一个训练句子对")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size 应为正整数，收到 {batch_size!r}")
-        _check_smoothing(label_smoothing)
+        check_smoothing(label_smoothing)
         if clip_grad_norm is not None and not clip_grad_norm > 0:
             raise ValueError(f"clip_grad_norm 应为正数或 None，收到 {clip_grad_norm!r}")
         for i, cb in enumerate(callbacks):

@@ -98,9 +98,9 @@ def attention_explorer(weights: Any, query_tokens: Sequence[Any] | str | None = 
     或单独一层的张量。网页上可拖动的是 ``static``（默认“头”，也可 ``"layer"`` 或 None）。
     """
     from tformer_lib.plotting import plot_attention
-    from tformer_lib.plotting.attention import _as_layers
+    from tformer_lib.plotting.attention import as_layers
 
-    layers = _as_layers(weights)
+    layers = as_layers(weights)
     n_layers, n_heads = len(layers), layers[0].shape[1]
     if not 0 <= layer < n_layers or not 0 <= head < n_heads:
         raise ValueError(f"layer={layer}、head={head} 超出范围：共 {n_layers} 层、每层 {n_heads} 个头")
@@ -123,13 +123,13 @@ def model_attention_explorer(attention: Mapping[str, Any], src_tokens: Sequence[
     ``attention = model.attention_weights()``（在 ``fast_attention=False`` 的模型上做完一次完整前向之后），
     画图用 :func:`~tformer_lib.plotting.plot_model_attention`。网页上可拖动的是 ``static``（默认“头”）。
     """
-    from tformer_lib.plotting.attention import ATTENTION_KINDS, _as_layers, _model_layers, plot_model_attention
+    from tformer_lib.plotting.attention import ATTENTION_KINDS, as_layers, model_layers, plot_model_attention
 
     available = [k for k in ATTENTION_KINDS if isinstance(attention, dict) and attention.get(k)]
     if kind not in available:
         raise ValueError(f"kind={kind!r} 不可用；attention 里可用的有 {available}")
-    n_layers = {k: len(_model_layers(attention, k)) for k in available}
-    n_heads = _as_layers(_model_layers(attention, kind))[0].shape[1]
+    n_layers = {k: len(model_layers(attention, k)) for k in available}
+    n_heads = as_layers(model_layers(attention, kind))[0].shape[1]
     if not 0 <= layer < n_layers[kind] or not 0 <= head < n_heads:
         raise ValueError(f"layer={layer}、head={head} 超出范围：{kind} 共 {n_layers[kind]} 层、每层 {n_heads} 个头")
     c_kind = widgets.Dropdown(options=[(ATTENTION_KINDS[k][0], k) for k in available], value=kind, description="种类",
