@@ -96,6 +96,9 @@ def test_lm_generate_prints_poems(trained, capsys):
         (["lm-generate", "--first", "春天"], "--first"),
         (["lm-generate", "--checkpoint", "/nonexistent/poem.pt"], "找不到"),
         (["lm-train", "--out", "x.pt", "--steps", "0"], "--steps"),
+        (["lm-train", "--out", "x.pt", "--device", "gpu0"], "--device 'gpu0' 不是 torch 认得的设备"),
+        pytest.param(["lm-train", "--out", "x.pt", "--device", "cuda"], "没有可用的 CUDA",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="这台机器有 CUDA：这条报错只在没有 GPU 时出现")),
     ],
 )
 def test_errors_are_one_line(argv, words, capsys):
