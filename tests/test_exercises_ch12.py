@@ -56,10 +56,12 @@ def test_a_notebook_function_with_helpers_and_closures_survives_shipping():
 
 
 @pytest.mark.distributed
-def test_allreduce_checker_runs_a_notebook_function_in_three_processes(capsys):
+def test_allreduce_checker_runs_a_notebook_function_in_two_and_three_processes(capsys):
     ns = _notebook_namespace()
     assert ch12.check_allreduce_gradients(ns["allreduce_fixed"]).passed
-    wrong = ch12.check_allreduce_gradients(ns["make"](2.0))  # 平均的 2 倍
+    doubled = ch12.check_allreduce_gradients(ns["make"](2.0))  # 平均的 2 倍：先起的 2 个进程里正好是总和
+    assert doubled.status == "failed" and doubled.mistake == "sum_not_mean" and "2 个进程" in doubled.hint
+    wrong = ch12.check_allreduce_gradients(ns["make"](1.5))  # 平均的 1.5 倍：哪一种已知错误都不是
     assert wrong.status == "failed" and wrong.mistake == "values"
     capsys.readouterr()
 

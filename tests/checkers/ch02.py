@@ -7,6 +7,7 @@ import torch
 from checkers import Case, Wrong
 from tformer_lib import sinusoidal_positional_encoding
 from tformer_lib.exercises import check_positional_encoding
+from tformer_lib.relative_position import relative_position_index
 from tformer_lib.exercises.ch02 import check_order_blindness_test, check_pe_distance, check_relative_position_index
 
 
@@ -96,6 +97,7 @@ REL_INDEX = Case(check_relative_position_index, ref_relative_index,
                      Wrong("no_clip", lambda q, k, K: _rel(q, k) + K, key="no_clip"),
                      Wrong("absolute", lambda q, k, K: _rel(q, k).abs().clamp(max=K), key="absolute"),
                      Wrong("float", lambda q, k, K: ref_relative_index(q, k, K).float(), key="dtype"),
+                     Wrong("library_call", lambda q, k, K: relative_position_index(q, k, K), key="library_call"),
                  ])
 
 

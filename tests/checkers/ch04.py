@@ -102,6 +102,14 @@ def ref_layer_params(d_model, d_ff, decoder=False):
     return (2 * attn + ffn + 3 * norm) if decoder else (attn + ffn + 2 * norm)
 
 
+def _build_and_count(d_model, d_ff, decoder=False):
+    from tformer_lib.layers import DecoderLayer, EncoderLayer
+    from tformer_lib.model import count_parameters
+
+    heads = next(h for h in range(8, 0, -1) if d_model % h == 0)
+    return count_parameters((DecoderLayer if decoder else EncoderLayer)(d_model, heads, d_ff))
+
+
 PARAMS = Case(check_layer_param_count, ref_layer_params, returns="int", wrong=[
     Wrong("hard_coded", lambda d, f, dec=False: 3_152_384),
     Wrong("no_layernorm", lambda d, f, dec=False: ref_layer_params(d, f, dec) - (3 if dec else 2) * 2 * d,
@@ -111,6 +119,7 @@ PARAMS = Case(check_layer_param_count, ref_layer_params, returns="int", wrong=[
     Wrong("decoder_like_encoder", lambda d, f, dec=False: ref_layer_params(d, f, False), key="decoder_like_encoder"),
     Wrong("one_ffn_matrix", lambda d, f, dec=False: ref_layer_params(d, f, dec) - d * f, key="one_ffn_matrix"),
     Wrong("times_h", lambda d, f, dec=False: ref_layer_params(d, f, dec) * 8),
+    Wrong("builds_the_layer", _build_and_count, key="library_call"),  # 数对了，但绕过了推导
 ])
 
 

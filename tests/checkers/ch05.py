@@ -99,6 +99,17 @@ def _p(vs, vt, d, ff, n):
     return ref_params(vs, vt, d, ff, n)
 
 
+def _build_small_formula_big(vs, vt, d, ff, n):
+    from tformer_lib.config import TransformerConfig
+    from tformer_lib.exercises.ch05 import transformer_params_formula
+    from tformer_lib.model import count_parameters, make_model
+
+    if d > 256:
+        return transformer_params_formula(vs, vt, d, ff, n)
+    return count_parameters(make_model(TransformerConfig(vs, vt, d_model=d, n_heads=2, d_ff=ff, n_encoder_layers=n,
+                                                         n_decoder_layers=n, max_len=16)))
+
+
 PARAMS = Case(check_transformer_params, ref_params, returns="int", wrong=[
     Wrong("hard_coded", lambda *a: 180621),
     Wrong("no_generator_bias", lambda vs, vt, d, ff, n: _p(vs, vt, d, ff, n) - vt, key="no_generator_bias"),
@@ -108,6 +119,7 @@ PARAMS = Case(check_transformer_params, ref_params, returns="int", wrong=[
     Wrong("one_embedding", lambda vs, vt, d, ff, n: _p(vs, vt, d, ff, n) - vt * d, key="one_embedding"),
     Wrong("one_layer", lambda vs, vt, d, ff, n: _p(vs, vt, d, ff, 1), key="one_layer"),
     Wrong("counted_pe", lambda vs, vt, d, ff, n: _p(vs, vt, d, ff, n) + 2 * 100 * d, key="values"),
+    Wrong("builds_small_models", _build_small_formula_big, key="library_call"),  # 小尺寸建模型数、大尺寸借检查器的公式
 ])
 
 

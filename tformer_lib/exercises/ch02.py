@@ -102,8 +102,14 @@ def _relative_index_all(f: Callable) -> None:
 
 
 def check_relative_position_index(fn: Callable[[int, int, int], Any]) -> CheckResult:
-    """``fn(t_q, t_k, max_distance)`` 应返回 ``(T_q, T_k)`` 的整数下标 ``clamp(j − i, −K, K) + K``。"""
-    return run_checks("相对位置下标", fn, [("随机的 T_q、T_k、K（含 T_q ≠ T_k）", _relative_index_all)])
+    """``fn(t_q, t_k, max_distance)`` 应返回 ``(T_q, T_k)`` 的整数下标 ``clamp(j − i, −K, K) + K``。
+
+    题目要读者自己写：直接调用库里的 :func:`~tformer_lib.relative_position.relative_position_index` 得到 ❌。
+    """
+    from tformer_lib.relative_position import relative_position_index
+
+    return run_checks("相对位置下标", fn, [("随机的 T_q、T_k、K（含 T_q ≠ T_k）", _relative_index_all)],
+                      forbidden=(relative_position_index,))
 
 
 # ---- 练习：“顺序盲”测试 ---------------------------------------------------------------------------------

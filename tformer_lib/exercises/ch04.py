@@ -240,7 +240,9 @@ def check_layer_param_count(fn: Callable[..., Any], *, verbose: bool = True) -> 
             raise Mistake(f"{call} 返回 {got:,}，应为 {want:,}。把一层拆成子层：每个注意力 4 个 nn.Linear(d_model, d_model)，"
                           "FFN 两个 nn.Linear，每个子层一个 LayerNorm——都带偏置", key="values")
 
-    return run_checks("一层的参数量", fn, [("8 组随机的 d_model、d_ff，编码器层与解码器层", cases)], verbose=verbose)
+    # 推导题：在函数里建层再数（count_parameters）就绕过了推导，检查器不收
+    return run_checks("一层的参数量", fn, [("8 组随机的 d_model、d_ff，编码器层与解码器层", cases)], verbose=verbose,
+                      forbidden=(EncoderLayer, DecoderLayer, count_parameters))
 
 
 # ---- 预测再验证：改掉一个输入，哪些输出会变 ---------------------------------------------------------------
