@@ -263,15 +263,15 @@ def test_bpe_bad_encode_decode(which, request):
 def test_bpe_unpaired_surrogate_is_a_clear_value_error(which, request):
     # 不成对的代理码位没有 UTF-8 字节：两个字节级 BPE 都报 ValueError，说出参数、位置与码位（不是 tokenizers 的 TypeError）
     tok = request.getfixturevalue(which)
-    with pytest.raises(ValueError, match=r"text 的第 1 个字符 '\\ud800'（U\+D800）是不成对的代理码位"):
+    with pytest.raises(ValueError, match=r"text 的第 2 个字符（下标 1）'\\ud800'（U\+D800）是不成对的代理码位"):
         tok.encode("a\ud800b")
-    with pytest.raises(ValueError, match=r"第 2 个字符 '\\udfff'（U\+DFFF）"):
+    with pytest.raises(ValueError, match=r"第 3 个字符（下标 2）'\\udfff'（U\+DFFF）"):
         tok.encode("白日\udfff")
     if which == "fast":
-        with pytest.raises(ValueError, match=r"texts\[1\] 的第 0 个字符"):
+        with pytest.raises(ValueError, match=r"texts\[1\] 的第 1 个字符（下标 0）"):
             tok.encode_batch(["白日", "\udc00"])
     train = train_bpe if which == "ours" else FastBPETokenizer.train
-    with pytest.raises(ValueError, match=r"texts\[0\] 的第 3 个字符 '\\ud83d'"):
+    with pytest.raises(ValueError, match=r"texts\[0\] 的第 4 个字符（下标 3）'\\ud83d'"):
         train(["abc\ud83d", "def"], 300)
     assert tok.decode(tok.encode("a\U0001F600b")) == "a\U0001F600b"  # 成对的（真正的 emoji）照常往返
 

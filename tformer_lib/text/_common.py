@@ -31,7 +31,7 @@ def check_text(name: str, text, utf8: bool = False) -> str:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             ch = text[exc.start]
-            raise ValueError(f"{name} 的第 {exc.start} 个字符 {ch!r}（U+{ord(ch):04X}）是不成对的代理码位（surrogate），"
+            raise ValueError(f"{name} 的第 {exc.start + 1} 个字符（下标 {exc.start}）{ch!r}（U+{ord(ch):04X}）是不成对的代理码位（surrogate），"
                              "不是合法的 Unicode 字符、无法编码成 UTF-8，字节级 BPE 不能处理它；请先修好文本"
                              "（如 text.encode('utf-8', 'replace').decode('utf-8') 把它换成 '?'）") from None
     return text
