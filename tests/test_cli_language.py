@@ -62,6 +62,11 @@ def test_epoch_line_names_every_metric_in_chinese():
                     "验证整句正确率 0.17，验证 BLEU 49.3")
 
 
+def test_epoch_line_skips_an_empty_metric_name_and_keeps_unknown_ones():
+    line = epoch_line({"epoch": 1, "step": 3, "train_loss": 2.0, "lr": 0.1, "valid_": 5.0, "valid_ppl": 7.5})
+    assert line == "第 1 个 epoch（第 3 步）：训练损失 2，学习率 0.1，验证 ppl 7.5"
+
+
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "tformer_lib", "--threads", "1", *args], capture_output=True,
                           text=True, timeout=600)

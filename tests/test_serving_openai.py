@@ -280,6 +280,9 @@ def _chunked(body: bytes):
     (b'{"model": "poem-test", "prompt": [1, 5], "temperature": NaN}', 400, "NaN"),
     (b'{"model": "poem-test", "prompt": [1, 5], "temperature": 1e999}', 400, "temperature"),
     (b"\xff\xfe{}", 400, "UTF-8"),
+    (b'{"model": "poem-test", "prompt": [1, 5], "temperature": "\\ud800"}', 400, "U+D800"),  # 被拒的值要回显
+    (b'{"model": "poem-test", "prompt": [1, 5], "\\udfff": 1}', 400, "U+DFFF"),  # 不认识的字段名也回显
+    (b'{"model": "poem-test", "prompt": "\\ud83d", "stop": ["\\ud800"]}', 400, "代理码位"),
     (b"{not json", 400, "JSON"),
     (b"[1, 2]", 400, "JSON 对象"),
     (b'{"prompt": "a"}', 400, "model"),

@@ -17,7 +17,12 @@ def positive_int(name: str, value) -> int:
 
 
 def positive_ints(name: str, values) -> list[int]:
-    """非空的正整数序列（NumPy 的整数也算；bool 不算），返回 Python ``int`` 的列表。"""
+    """非空的正整数序列（NumPy 的整数也算；bool 不算），返回 Python ``int`` 的列表。
+
+    字符串、字节串、集合与字典不算序列（没有顺序，或元素不是数）：TypeError。
+    """
+    if isinstance(values, (str, bytes, bytearray, set, frozenset, dict)):
+        raise TypeError(f"{name} 应是非空的正整数序列（列表或元组），收到 {type(values).__name__}")
     try:
         values = list(values)
     except TypeError:

@@ -293,7 +293,8 @@ def _cmd_evaluate(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """命令行入口；返回退出码（0 成功，1 运行出错，2 参数错误）。"""
+    """命令行入口；返回退出码：0 成功；2 参数写错（argparse 认不出的选项、缺少参数、类型不对）；
+    1 其余的错误，包括能解析、取值却不合法的参数（如 ``--threads 0``）与运行时的错误。"""
     args = _parser().parse_args(argv)
     from .training import CheckpointError, TrainingDivergedError
 

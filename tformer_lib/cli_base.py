@@ -5,7 +5,9 @@
 
 argparse 自己的话（``usage:``、``options``、“缺少参数”“不是可选的值”……）默认是英文，由它内部的
 ``argparse._``（gettext）取出；:class:`Parser` 在建解析器、解析与排版帮助的那一刻把它换成下面的中文对照表，
-用完即换回——不改这个进程里别的 argparse 解析器。对照表之外的句子（新版本的 Python 新加的）原样是英文。
+用完即换回——不改这个进程里别的 argparse 解析器（只有在这几个时刻里新建或使用的解析器，例如在 ``type=`` 的
+转换函数里，才会跟着说中文）。对照表只收本书的命令行会遇到的句子；其余的（``FileType``、``version``、
+``parse_intermixed_args``、新版本 Python 新加的）原样是英文。
 """
 
 from __future__ import annotations

@@ -51,6 +51,9 @@ __all__ = [
 
 # ---- 预测再验证：LayerNorm 与 RMSNorm 何时相同 ------------------------------------------------------------
 
+# 预测题里不许调用的归一化（算一遍再比就不是预测了）；x.norm()、torch.linalg.vector_norm 这类求范数的不在其列
+_NORM_FUNCTIONS = {"layer_norm", "rms_norm", "group_norm", "batch_norm", "instance_norm"}
+
 
 def check_rms_equals_layer(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """检查 ``fn(x) -> bool``：对向量 ``x`` ``(d,)``，预测 γ=1、β=0 的 LayerNorm 与 RMSNorm 的输出是否相同。"""
@@ -68,11 +71,15 @@ def check_rms_equals_layer(fn: Callable[..., Any], *, verbose: bool = True) -> C
                 same = torch.allclose(F.layer_norm(x, (d,), eps=1e-5), RMSNorm(d)(x.float()).double(), atol=1e-4)
             with TorchCalls() as calls:
                 returned = f(x.clone())
-            normed = [name for name in calls.names if "norm" in name]  # layer_norm、rms_norm、normalize……
+            normed = [name for name in calls.names if name in _NORM_FUNCTIONS]
             if normed:
                 raise Mistake(f"你的函数调用了 {'、'.join(dict.fromkeys(normed))}：这是预测题，把两个公式写在一起看 x 的什么"
                               "性质决定它们相同，不要把两种归一化都算一遍再比", key="computed")
             got = as_bool(returned, f"预测（x 的均值 {float(x.mean()):+.3f}）")
+            exact = torch.tensor([1.0, -1.0, 2.0, -2.0], dtype=torch.float64)  # 均值恰好是 0（浮点数里也是）
+            if got != same and same and abs(float(x.mean())) < 1e-12 and as_bool(f(exact), "预测（均值恰为 0）"):
+                raise Mistake(f"d={d}、x 的均值为 {float(x.mean()):.1e}（浮点数里减去均值之后几乎从不恰好是 0）时两者相同，"
+                              "你预测不同：判断“均值为 0”要留一点容差，例如 abs(均值) < 1e-6", key="exact_zero")
             if got != same:
                 raise Mistake(f"d={d}、x 的均值为 {float(x.mean()):+.3f}、均方根为 {float(x.pow(2).mean().sqrt()):.3f} 时，"
                               f"两者{'相同' if same else '不同'}，你预测{'相同' if got else '不同'}。"

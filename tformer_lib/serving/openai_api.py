@@ -95,9 +95,21 @@ def load_json(raw: bytes):
             raise OpenAIError(f"请求体的 JSON 嵌套太深（上限 {MAX_JSON_DEPTH} 层）")
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
+            stack.extend((k, depth) for k in item)
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, str):
+            _check_unicode(item)
     return value
+
+
+def _check_unicode(text: str) -> None:
+    """JSON 的 ``"\\ud800"`` 转义能解析出不成对的代理码位：它不是 Unicode 字符，连报错的回复都编码不成 UTF-8。"""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise OpenAIError(f"请求体的字符串里有不成对的代理码位 U+{ord(text[exc.start]):04X}（JSON 的 \\u 转义），"
+                          "它不是合法的 Unicode 字符") from None
 
 
 def _short(value) -> str:

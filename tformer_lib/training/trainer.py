@@ -42,7 +42,7 @@ def epoch_line(record: dict) -> str:
     """一个 epoch 的记录压成一行中文：``第 1 个 epoch（第 94 步）：训练损失 1.844，学习率 0.00588，验证损失 …``。"""
     parts = [f"训练损失 {record['train_loss']:.4g}", f"学习率 {record['lr']:.3g}"]
     for key, value in record.items():
-        if key.startswith("valid_"):
+        if key.startswith("valid_") and len(key) > len("valid_"):
             name = METRIC_NAMES.get(key[6:], key[6:])
             parts.append(f"验证{' ' if name[0].isascii() else ''}{name} {value:.4g}")  # 中文与拉丁字母之间空一格
     return f"第 {record['epoch']} 个 epoch（第 {record['step']} 步）：" + "，".join(parts)
