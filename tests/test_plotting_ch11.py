@@ -34,7 +34,7 @@ def test_mfu_figure_states_the_ratio(render):
     ax = render(plot_mfu(2e10, 8e10)).axes[0]
     assert ax.get_title() == "MFU = 一个训练步 ÷ 峰值 = 0.25"
     ax2 = render(plot_mfu(2e10, 8e10, label="前向 + 反向")).axes[0]
-    assert [t.get_text() for t in ax2.get_yticklabels()] == ["大方阵乘法（峰值）", "前向 + 反向"]
+    assert [t.get_text() for t in ax2.get_yticklabels()] == ["实测的方阵乘法（当作峰值）", "前向 + 反向"]
     assert [p.get_width() for p in ax.patches] == pytest.approx([80, 20])
     with pytest.raises(ValueError, match="peak"):
         plot_mfu(1e9, 0)

@@ -110,7 +110,7 @@ def _encode_all(f: Callable) -> None:
 
 def check_encode(fn: Callable[[list[str], dict[str, int]], list[int]]) -> CheckResult:
     """练习 1：``fn(tokens, stoi)`` 应返回 ``[BOS] + [stoi.get(t, UNK) …] + [EOS]``。"""
-    return run_checks("练习 1 编码（BOS/EOS 与 UNK）", fn, [("几张随机词表、含未登录词和空句子", _encode_all)])
+    return run_checks("编码（BOS/EOS 与 UNK）", fn, [("几张随机词表、含未登录词和空句子", _encode_all)])
 
 
 # ---- 练习 2：相加之后还剩多少词义（推导并核对）------------------------------------------------------------
@@ -135,7 +135,7 @@ def _mixed_cosine_all(f: Callable) -> None:
 
 def check_mixed_cosine(fn: Callable[[float, float], float]) -> CheckResult:
     """练习 2：长度 ``a`` 的词嵌入 x 与长度 ``b`` 的位置编码 p 互相垂直时，``fn(a, b)`` 应返回 cos(x+p, x)。"""
-    return run_checks("练习 2 相加后还剩多少词义", fn, [("随机的长度 a、b", _mixed_cosine_all)])
+    return run_checks("相加后还剩多少词义", fn, [("随机的长度 a、b", _mixed_cosine_all)])
 
 
 # ---- 练习 3：补齐批次与填充掩码（找错）-----------------------------------------------------------------
@@ -197,7 +197,7 @@ def check_pad_batch(fn: Callable[[list[list[int]]], tuple[torch.Tensor, torch.Te
 
     from tformer_lib.data.batching import make_batch, pad_sequences
 
-    return run_checks("练习 3 补齐批次与填充掩码", fn, [("几组随机批次（含特殊词元、最长句不在最前）", all_cases)],
+    return run_checks("补齐批次与填充掩码", fn, [("几组随机批次（含特殊词元、最长句不在最前）", all_cases)],
                       forbidden=(pad_sequences, make_batch))
 
 
@@ -253,4 +253,4 @@ def _unk_rate_all(f: Callable) -> None:
 
 def check_unk_rate(fn: Callable[[int], float]) -> CheckResult:
     """练习 4：``fn(n_train)`` = 只用前 ``n_train`` 句训练句建词表时，测试集中文词元里 UNK 的比例。"""
-    return run_checks("练习 4 训练句越多，未登录词越少", fn, [("几个随机的 n_train", _unk_rate_all)])
+    return run_checks("训练句越多，未登录词越少", fn, [("几个随机的 n_train", _unk_rate_all)])

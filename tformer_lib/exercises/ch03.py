@@ -80,7 +80,7 @@ def check_self_weight(fn: Callable[..., Any], *, verbose: bool = True) -> CheckR
             ], default_hint=f"实验中自己给自己的权重是 {float(want[0]):.6g}。提示：先写出这一行的分数"
                             "（对自己是多少？对别人是多少？），再做 softmax")
 
-    return run_checks("预测“自己给自己”的权重", fn, [("8 组随机的 T 与 r，对照实验", cases)], verbose=verbose)
+    return run_checks("预测“自己给自己”的权重", fn, [("8 组随机的 T 与 r，与实测的注意力权重比较", cases)], verbose=verbose)
 
 
 # ---- 练习：让分数方差回到 1 的缩放系数 ----------------------------------------------------------------

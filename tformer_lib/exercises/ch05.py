@@ -113,7 +113,7 @@ def _shift_values(f: Callable) -> None:
 def check_shift_targets(fn: Callable[[list[int]], tuple[list[int], list[int]]], *, verbose: bool = True) -> CheckResult:
     """检查 ``fn(y)`` 是否返回 ``([BOS] + y, y + [EOS])``（y 为不含特殊词元的目标 id 列表）。"""
     return run_checks("解码器的输入与目标（错开一位）", fn,
-                      [("tgt_in = [BOS] + y，tgt_out = y + [EOS]", _shift_values)], verbose=verbose)
+                      [("书里的例子、边界情形（含空句）与 4 句随机长度的译文", _shift_values)], verbose=verbose)
 
 
 # ---- 练习：解码器自注意力的合并掩码 ---------------------------------------------------------------------
@@ -170,7 +170,7 @@ def _mask_values(f: Callable) -> None:
 def check_decoder_mask(fn: Callable[[torch.Tensor, int], torch.Tensor], *, verbose: bool = True) -> CheckResult:
     """检查 ``fn(tgt_in, pad_id)`` 是否返回解码器自注意力的掩码：填充 & 因果，bool，形状 ``(B, 1, T, T)``。"""
     return run_checks("解码器自注意力的合并掩码", fn,
-                      [("与 padding_mask(tgt_in, pad_id) & causal_mask(T) 一致", _mask_values)], verbose=verbose)
+                      [("5 批长短不一的译文（2 批书里的、3 批随机的批大小、长度与 pad_id）", _mask_values)], verbose=verbose)
 
 
 # ---- 练习：贪心解码循环 ---------------------------------------------------------------------------------
@@ -388,7 +388,7 @@ def check_cross_attention_shapes(fn: Callable[[int, int, int, int, int], dict], 
     （查询 = 解码器一侧的 ``(B, T, d_model)``，键/值 = memory ``(B, S, d_model)``），把量到的形状与预测对照。
     """
     return run_checks("交叉注意力的形状", fn,
-                      [("预测与实际运行量到的形状一致（几组随机大小）", _cross_shape_values)], verbose=verbose)
+                      [("6 组大小（书里的例子与 5 组随机的），与实际运行时量到的形状比较", _cross_shape_values)], verbose=verbose)
 
 
 # ---- 练习：找错——交叉注意力的方向（找错） -----------------------------------------------------------------
@@ -539,6 +539,6 @@ def check_transformer_params(fn: Callable[[int, int, int, int, int], Any], *, ve
 
     # 推导题：建模型去数（小尺寸时）、或借用检查器自己的闭式解，都绕过了推导，检查器不收
     return run_checks("整个模型的参数量", fn,
-                      [("与 count_parameters(make_model(...)) 一致（随机大小与论文尺寸）", _model_param_values)],
+                      [("5 个小尺寸与 count_parameters(make_model(...)) 一致，论文的 2 个尺寸与闭式公式一致", _model_param_values)],
                       verbose=verbose, forbidden=(make_model, TransformerConfig, EncoderLayer, DecoderLayer,
                                                   count_parameters, transformer_params_formula))

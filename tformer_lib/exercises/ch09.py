@@ -70,7 +70,7 @@ def check_initial_loss(fn: Callable[..., Any], *, verbose: bool = True) -> Check
             raise Mistake(f"V={V}：你预测 {got:.3f}，实测 {measured:.3f}。初始化时 logits 都很接近 0，"
                           "softmax 给每个词的概率差不多是多少？", key="values")
 
-    return run_checks("未训练模型的损失", fn, [("5 个随机词表大小与随机小模型上实测", cases)], verbose=verbose)
+    return run_checks("未训练模型的损失", fn, [("5 个随机词表大小的随机小模型，与实测的损失比较", cases)], verbose=verbose)
 
 
 # ---- 找错：有填充的块 ------------------------------------------------------------------------------------

@@ -176,7 +176,7 @@ def plot_mfu(achieved: float, peak: float, *, label: str = "一个训练步", ti
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise ValueError(f"{name} 应为正的有限数（FLOP/s），收到 {value!r}")
     fig, ax = new_figure((6.4, 2.3))
-    labels = ["大方阵乘法（峰值）", str(label)]
+    labels = ["实测的方阵乘法（当作峰值）", str(label)]
     values = np.array([peak, achieved]) / 1e9
     ax.barh(labels, values, color=["#7f7f7f", "#1f77b4"])
     for y, v in enumerate(values):
