@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 
-__all__ = ["CLIError", "Parser", "one_line"]
+__all__ = ["ARGPARSE_ZH", "CLIError", "Parser", "one_line"]
 
 #: argparse（Python 3.10–3.13）的英文模板 → 中文；占位符不变
 ARGPARSE_ZH = {
