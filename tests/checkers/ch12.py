@@ -10,9 +10,8 @@ from tformer_lib.exercises.ch12 import (
     check_bubble_fraction,
     check_peak_in_flight,
     check_ring_allreduce_bytes,
-    check_zero_bytes,
 )
-from tformer_lib.parallel import allreduce_gradients, bubble_fraction, zero_bytes_per_rank
+from tformer_lib.parallel import allreduce_gradients, bubble_fraction
 from tformer_lib.parallel.comm import ring_all_reduce_bytes
 from tformer_lib.parallel.schedule import busy_time, ideal_schedule, makespan, peak_in_flight
 
@@ -34,26 +33,7 @@ RING = Case(check_ring_allreduce_bytes, ref_ring_allreduce_bytes, returns="numbe
 ])
 
 
-# ---- 练习 2（推导并核对）：阶段 ≥1 切优化器状态（8N），≥2 切梯度（4N），3 切参数（4N） ----
-def ref_zero_bytes(n_params, world_size, stage):
-    params = 4 * n_params / (world_size if stage >= 3 else 1)
-    grads = 4 * n_params / (world_size if stage >= 2 else 1)
-    optimizer = 8 * n_params / (world_size if stage >= 1 else 1)
-    return params + grads + optimizer
-
-
-ZERO = Case(check_zero_bytes, ref_zero_bytes, returns="number",
-            also_correct=[lambda n, p, k: [16 * n, 8 * n + 8 * n / p, 4 * n + 12 * n / p, 16 * n / p][k]], wrong=[
-    Wrong("hard_coded", lambda n, p, k: 16 * 1_000_000 / 2),
-    Wrong("all_sharded", lambda n, p, k: 16 * n / p, key="all_sharded"),
-    Wrong("stage_off_by_one", lambda n, p, k: ref_zero_bytes(n, p, min(k + 1, 3)), key="stage_off_by_one"),
-    Wrong("one_moment", lambda n, p, k: ref_zero_bytes(n, p, k) - 4 * n / (p if k >= 1 else 1), key="one_moment"),
-    Wrong("zero_at_p1", lambda n, p, k: ref_zero_bytes(n, p, k) if p > 1 else 0, key="values"),
-    Wrong("library_call", lambda n, p, k: zero_bytes_per_rank(n, p, k)["total"], key="library_call"),
-])
-
-
-# ---- 练习 3（找错）：求和之后还要除以进程数 ----
+# ---- 练习 2（找错）：求和之后还要除以进程数 ----
 def ref_allreduce_gradients(model):
     world_size = dist.get_world_size()
     for p in model.parameters():
@@ -104,7 +84,7 @@ ALLREDUCE = Case(check_allreduce_gradients, ref_allreduce_gradients, also_correc
 ])
 
 
-# ---- 练习 4（预测再验证）：每段忙 m 格、空 p−1 格 ----
+# ---- 练习 3（预测再验证）：每段忙 m 格、空 p−1 格 ----
 def ref_bubble(stages, micro_batches):
     return (stages - 1) / (micro_batches + stages - 1)
 
@@ -132,7 +112,7 @@ BUBBLE = Case(check_bubble_fraction, ref_bubble, returns="number", also_correct=
 ])
 
 
-# ---- 练习 5（扩展）：GPipe 存 m 份，1F1B 的第 s 段存 min(p−s, m) 份 ----
+# ---- 练习 4（推导并核对）：GPipe 存 m 份，1F1B 的第 s 段存 min(p−s, m) 份 ----
 def ref_peak_in_flight(schedule, stages, micro_batches, stage):
     return micro_batches if schedule == "gpipe" else min(stages - stage, micro_batches)
 
@@ -157,4 +137,4 @@ PEAK = Case(check_peak_in_flight, ref_peak_in_flight, returns="int", also_correc
     Wrong("library_call", lambda k, p, m, s: peak_in_flight(ideal_schedule(k, p, m))[s], key="library_call"),
 ])
 
-CASES = [RING, ZERO, ALLREDUCE, BUBBLE, PEAK]
+CASES = [RING, ALLREDUCE, BUBBLE, PEAK]

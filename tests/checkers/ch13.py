@@ -1,6 +1,5 @@
 """第 13 章检查器的用例：参考答案（与 notebooks/solutions/13_solutions.ipynb 一致）和已知错误答案。"""
 
-import functools
 import math
 
 import torch
@@ -9,11 +8,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from checkers import Case, Wrong
 from tformer_lib.lm import make_lm
-from tformer_lib.serving import PagedKVCache, left_pad
+from tformer_lib.serving import PagedKVCache
 from tformer_lib.exercises.ch13 import (
     _reference_accept,
-    buggy_left_pad,
-    check_left_pad,
     buggy_accept,
     check_accept,
     check_linear_intensity,
@@ -131,45 +128,4 @@ ACCEPT = Case(check_accept, ref_accept, also_correct=[
 
 
 
-# ---- 练习 5（找错）：位置从每行真正的第一个词元数起 ----
-def ref_left_pad(prompts, pad_id):
-    width = max(len(p) for p in prompts)
-    pads = torch.tensor([width - len(p) for p in prompts])[:, None]  # (B, 1)：每行左边补几个
-    tokens = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])  # (B, T)
-    columns = torch.arange(width)[None, :]  # (1, T)
-    key_mask = columns >= pads  # (B, T)：True = 真实词元
-    positions = (columns - pads).clamp(min=0)  # (B, T)：填充处取 0（反正被挡住）
-    return tokens, positions, key_mask
-
-
-def _pads_at(prompts, pad_id, value=None, sign=1, invert=False, right=False):
-    tokens, positions, mask = ref_left_pad(prompts, pad_id)
-    if value is not None:
-        positions = torch.where(mask, positions, torch.full_like(positions, value))
-    if sign < 0:
-        width = tokens.shape[1]
-        positions = torch.arange(width)[None, :] - torch.tensor([width - len(p) for p in prompts])[:, None]
-    if right:
-        tokens = torch.tensor([p + [pad_id] * (tokens.shape[1] - len(p)) for p in prompts])
-    return tokens, positions, ~mask if invert else mask
-
-
-LEFT_PAD = Case(check_left_pad, ref_left_pad, also_correct=[
-    lambda p, i: _pads_at(p, i, value=5),  # 填充处的位置随便取（在上下文之内）
-    lambda p, i: tuple(t.numpy() for t in ref_left_pad(p, i)),
-    lambda p, i: tuple(t.tolist() for t in ref_left_pad(p, i)),  # 嵌套列表也行（与 NumPy 数组一样）
-    lambda p, i: [t.int() for t in ref_left_pad(p, i)],
-], wrong=[
-    Wrong("hard_coded", lambda p, i: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long),
-                                      torch.ones(2, 3, dtype=torch.bool)), key="shape"),
-    Wrong("the_bug", buggy_left_pad, key="positions_from_pad"),
-    Wrong("right_pad", lambda p, i: _pads_at(p, i, right=True), key="right_pad"),
-    Wrong("inverted_mask", lambda p, i: _pads_at(p, i, invert=True), key="mask"),
-    Wrong("negative_pad_positions", lambda p, i: _pads_at(p, i, sign=-1), key="negative"),
-    Wrong("calls_the_library", lambda p, i: left_pad(p, i), key="library_call"),
-    Wrong("is_the_library", left_pad, key="library_call"),  # 直接交上库函数本身
-    Wrong("partial_of_the_library", functools.partial(left_pad), key="library_call"),
-    Wrong("ragged_lists", lambda p, i: ([list(x) for x in p], ref_left_pad(p, i)[1], ref_left_pad(p, i)[2]), key="type"),
-])
-
-CASES = [PAGED, INTENSITY, DISTRIBUTION, ACCEPT, LEFT_PAD]
+CASES = [PAGED, INTENSITY, DISTRIBUTION, ACCEPT]

@@ -2,9 +2,8 @@
 
 - :func:`check_ring_allreduce_bytes`（推导并核对）：环形 all-reduce 里每个进程发出多少字节——与检查器里一个真的
   逐轮模拟的环（reduce-scatter + all-gather，数出每个进程发出的字节，并核对求和结果）比较；
-- :func:`check_zero_bytes`（推导并核对）：ZeRO 阶段 k 每个进程存多少字节的模型状态（fp32 + AdamW）；
 - :func:`buggy_allreduce_gradients` + :func:`check_allreduce_gradients`（找错）：手写的梯度同步只求和、没有取平均——
-  检查器真的起 3 个进程（gloo），在小模型上用读者改好的函数同步梯度，与单进程整批的梯度比较；
+  检查器真的起进程（gloo，2 个与 3 个各一次），在小模型上用读者改好的函数同步梯度，与单进程整批的梯度比较；
 - :func:`check_bubble_fraction`（预测再验证）：p 段、m 个微批时流水线的空闲比例——与理想调度的时间线
   （GPipe 与 1F1B、随机的反向耗时）量出来的空闲比例比较；
 - :func:`check_peak_in_flight`（扩展）：GPipe 与 1F1B 里第 s 段最多同时存几个微批的激活——与理想时间线数出来的比较。
@@ -40,7 +39,6 @@ from tformer_lib.exercises._sandbox import forbid, forbidden_name, ship, unship
 
 __all__ = [
     "check_ring_allreduce_bytes",
-    "check_zero_bytes",
     "buggy_allreduce_gradients",
     "check_allreduce_gradients",
     "check_bubble_fraction",
@@ -127,48 +125,6 @@ def check_ring_allreduce_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
     return run_checks("环形 all-reduce 每个进程发出的字节", fn,
                       [("10 组随机的 n、p（含 p=1）与元素字节数，对照逐轮模拟", cases)], verbose=verbose,
                       forbidden=(ring_all_reduce_bytes,))
-
-
-# ---- 推导并核对：ZeRO 各阶段每个进程的字节 ---------------------------------------------------------------
-
-
-def _zero_parts(n: int, p: int, stage: int) -> tuple[float, float, float]:
-    """fp32 + AdamW：参数 4、梯度 4、两个矩 8 字节；阶段 ≥1 切优化器状态、≥2 切梯度、3 切参数。"""
-    return 4 * n / (p if stage >= 3 else 1), 4 * n / (p if stage >= 2 else 1), 8 * n / (p if stage >= 1 else 1)
-
-
-def check_zero_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(n_params, world_size, stage) -> 数``：fp32 + AdamW 训练、ZeRO 阶段 ``stage``（0–3）时，每个进程存的
-    模型状态（参数 + 梯度 + Adam 的两个矩）一共多少字节。检查期间库里的 ``zero_bytes_per_rank`` 被禁用。"""
-    from tformer_lib.parallel.zero import zero_bytes_per_rank
-
-    def cases(f):
-        for i, g in enumerate(random_cases(16, seed=122)):
-            stage = i % 4 if i < 8 or 12 <= i else draw_int(g, 0, 3)
-            # 第 13–16 组 p=1：只有一个进程时什么都切不开，四个阶段都是 16N
-            p, n = (draw_int(g, 2, 64) if i < 12 else 1), draw_int(g, 1_000, 50_000_000)
-            params, grads, optim = _zero_parts(n, p, stage)
-            want = params + grads + optim
-            call = f"zero_bytes(n_params={n}, world_size={p}, stage={stage})"
-            variants = [
-                Variant("all_sharded", "只有阶段 3 才把三样都切开；低的阶段只切一部分", 16 * n / p),
-                Variant("nothing_sharded", "ZeRO 的意义就是切开：阶段 1 起优化器状态只存 1/p", 16 * n),
-                Variant("one_moment", "Adam 有两个矩 m 与 v：优化器状态每个参数 8 字节", params + grads + optim / 2),
-                Variant("elements", "算出的是元素个数，还要乘每个参数的字节数", want / 4),
-            ]
-            if stage < 3:
-                variants.append(Variant("stage_off_by_one", f"这是阶段 {stage + 1} 的值：阶段 1 只切优化器状态、阶段 2 再切梯度、"
-                                        "阶段 3 再切参数", sum(_zero_parts(n, p, stage + 1))))
-            if stage > 0:
-                variants.append(Variant("stage_off_by_one", f"这是阶段 {stage - 1} 的值：阶段 1 只切优化器状态、阶段 2 再切梯度、"
-                                        "阶段 3 再切参数", sum(_zero_parts(n, p, stage - 1))))
-            compare_number(_call(f, (zero_bytes_per_rank,), n, p, stage), want, what=f"{call} 的返回值",
-                           variants=[v for v in variants if abs(v.value - want) > 1e-6 * want],
-                           default_hint=f"{call} 应为 {want:.6g} 字节：参数 {params:.6g} + 梯度 {grads:.6g} + "
-                                        f"优化器状态 {optim:.6g}")
-
-    return run_checks("ZeRO 每个进程的模型状态字节", fn, [("16 组随机的 n、p（含 p=1），四个阶段都有", cases)],
-                      verbose=verbose, forbidden=(zero_bytes_per_rank,))
 
 
 # ---- 找错：梯度同步只求和、没有平均 ----------------------------------------------------------------------

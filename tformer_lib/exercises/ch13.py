@@ -7,8 +7,6 @@
 - :func:`check_tokens_per_pass_distribution`（推导并核对）：接受率 α、每次猜 k 个时，一次验证产出 n 个词元的概率；
 - :func:`buggy_accept` + :func:`check_accept`（找错）：推测解码的接受规则在第一个分歧之后还接着接受——
   用读者改好的规则在一个小的随机模型上跑推测解码，逐词元对照只用目标模型的贪心生成；
-- :func:`buggy_left_pad` + :func:`check_left_pad`（找错）：左侧填充的批次里位置从填充的第一列数起——
-  用读者改好的批次在小的随机模型上一起生成，逐词元对照逐条生成。
 
 每个检查器都在多组随机情形上调用读者的函数（写死的答案过不了），接受任何正确的数值类型，
 桩（stub）→ “⏳ 尚未完成”，不抛异常。
@@ -43,8 +41,6 @@ __all__ = [
     "check_tokens_per_pass_distribution",
     "buggy_accept",
     "check_accept",
-    "buggy_left_pad",
-    "check_left_pad",
 ]
 
 
@@ -391,116 +387,3 @@ def check_accept(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult
     return run_checks("推测解码的接受规则", fn,
                       [("10 组随机的草稿与目标选择", lists), ("3 个随机小模型上与贪心生成逐词元相同", model)],
                       verbose=verbose, forbidden=(_reference_accept,))
-
-
-# ---- 找错：左侧填充的位置编号 ----------------------------------------------------------------------------
-
-
-def buggy_left_pad(prompts: Sequence[Sequence[int]], pad_id: int = 0):
-    """一个有错的左侧填充（第 13 章“找错”练习用，不要在别处使用）：返回 ``tokens``、``positions``、``key_mask``，都是 ``(B, T)``。"""
-    width = max(len(p) for p in prompts)
-    tokens = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts])  # (B, T)：右对齐，左边补 PAD
-    key_mask = tokens != pad_id  # (B, T)：True = 真实词元
-    positions = torch.arange(width).expand(len(prompts), width)  # (B, T)：每行的位置 0, 1, …, T−1
-    return tokens, positions, key_mask
-
-
-def _pad_reference(prompts, pad_id):
-    width = max(len(p) for p in prompts)
-    pads = torch.tensor([width - len(p) for p in prompts])[:, None]  # (B, 1)
-    tokens = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts])  # (B, T)
-    columns = torch.arange(width)[None, :]  # (1, T)
-    return tokens, (columns - pads).clamp(min=0), columns >= pads
-
-
-def _batch_greedy(model, tokens, positions, key_mask, n_new: int) -> list[list[int]]:
-    """用读者给的左侧填充批次贪心生成 ``n_new`` 步（检查器用的最小版本，带缓存），返回每行的新词元。"""
-    from tformer_lib.lm.generate import next_token_distribution
-
-    cache, out = model.new_cache(), [[] for _ in range(tokens.shape[0])]
-    step_tokens, step_positions, mask = tokens, positions, key_mask
-    for _ in range(n_new):
-        logits = model(step_tokens, cache=cache, positions=step_positions, attn_mask=mask[:, None, None, :])[:, -1]
-        nxt = next_token_distribution(logits, 1.0, None, None).argmax(dim=-1)  # (B,)
-        for b, t in enumerate(nxt.tolist()):
-            out[b].append(t)
-        step_tokens, step_positions = nxt[:, None], step_positions[:, -1:] + 1  # (B, 1)
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # (B, T_k + 1)
-    return out
-
-
-def _nested(x: Any, what: str) -> Any:
-    """嵌套列表（每行一个列表）转成张量，与张量、NumPy 数组一样接受；其余原样交给 ``as_tensor``。"""
-    if not isinstance(x, (list, tuple)):
-        return x
-    try:
-        t = torch.tensor(x)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise Mistake(f"{what}应是 (B, T) 的张量（或每行长度相同的嵌套列表），你返回的 {type(x).__name__} 转不成张量："
-                      f"{exc}", key="type") from exc
-    if t.dim() != 2:
-        raise Mistake(f"{what}应是 (B, T) 的二维张量，你返回的嵌套列表转成了形状 {tuple(t.shape)}", key="shape")
-    return t
-
-
-def check_left_pad(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查改好的 ``fn(prompts, pad_id) -> (tokens, positions, key_mask)``（都是 ``(B, T)``：torch 张量、NumPy 数组或
-    每行长度相同的嵌套列表都行）：左侧填充、每行的位置从它
-    真正的第一个词元数起、掩码只挡填充。填充处的位置编号不检查（被掩码挡住，只要在上下文之内）。再用它在小的随机模型上
-    （学习的位置嵌入）批量贪心生成，必须与逐条生成逐词元相同。"""
-
-    def unpack(out, what):
-        if not isinstance(out, (tuple, list)) or len(out) != 3:
-            raise Mistake(f"{what}应是 (tokens, positions, key_mask) 三个张量，你返回的是 {type(out).__name__}", key="type")
-        return [as_tensor(_nested(t, f"{what}的第 {i} 项"), f"{what}的第 {i} 项") for i, t in enumerate(out)]
-
-    def tensors(f):
-        for g in random_cases(8, seed=137):
-            pad_id = draw_choice(g, (0, 1))
-            lengths = [draw_int(g, 1, 7) for _ in range(draw_int(g, 2, 5))]
-            lengths[draw_int(g, 0, len(lengths) - 1)] = max(lengths) + 1  # 至少一行要填充
-            prompts = [[draw_int(g, 4, 40) for _ in range(n)] for n in lengths]
-            call = f"left_pad(prompts={prompts}, pad_id={pad_id})"
-            tokens, positions, key_mask = unpack(f([list(p) for p in prompts], pad_id), f"{call} 的返回值")
-            want_t, want_p, want_m = _pad_reference(prompts, pad_id)
-            for name, got, want in (("tokens", tokens, want_t), ("positions", positions, want_p),
-                                    ("key_mask", key_mask, want_m)):
-                if tuple(got.shape) != tuple(want.shape):
-                    raise Mistake(f"{call}：{name} 的形状应为 {tuple(want.shape)}，你的是 {tuple(got.shape)}", key="shape")
-            if not torch.equal(tokens.long(), want_t):
-                right = torch.tensor([list(p) + [pad_id] * (max(lengths) - len(p)) for p in prompts])
-                if torch.equal(tokens.long(), right):
-                    raise Mistake(f"{call}：这是右侧填充。生成时每行的下一个词元要接在最右端，所以填充放在左边", key="right_pad")
-                raise Mistake(f"{call}：tokens 应为 {want_t.tolist()}", key="tokens")
-            if not torch.equal(key_mask.bool(), want_m):
-                hint = "key_mask 反了：True 表示真实词元（可以被关注），填充处为 False" if torch.equal(
-                    key_mask.bool(), ~want_m) else f"key_mask 应为 {want_m.tolist()}（True = 真实词元）"
-                raise Mistake(f"{call}：{hint}", key="mask")
-            if not torch.equal(positions.long()[want_m], want_p[want_m]):
-                if torch.equal(positions.long()[want_m], torch.arange(max(lengths)).expand_as(want_p)[want_m]):
-                    raise Mistake(f"{call}：位置是从填充的第一列数起的——第 b 行真正的第一个词元应是位置 0"
-                                  f"（应为 {[row[m].tolist() for row, m in zip(want_p, want_m)]}）", key="positions_from_pad")
-                raise Mistake(f"{call}：真实词元的位置应为 {[row[m].tolist() for row, m in zip(want_p, want_m)]}",
-                              key="positions")
-            if int(positions.min()) < 0:
-                raise Mistake(f"{call}：填充处的位置虽然不检查，也不能是负数（位置嵌入查不到），取 0 即可", key="negative")
-
-    def model(f):
-        from tformer_lib.lm.generate import generate
-        from tformer_lib.lm.model import make_lm
-
-        for g in random_cases(2, seed=138):
-            torch.manual_seed(draw_int(g, 0, 10_000))
-            net = make_lm(LMConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=32)).eval()
-            prompts = [[draw_int(g, 4, 39) for _ in range(n)] for n in (draw_int(g, 1, 4), 7, draw_int(g, 2, 6))]
-            tokens, positions, key_mask = unpack(f([list(p) for p in prompts], 0), "left_pad(prompts, pad_id=0) 的返回值")
-            with torch.no_grad():
-                got = _batch_greedy(net, tokens.long(), positions.long().clamp(0, 31), key_mask.bool(), 6)
-                want = [generate(net, p, 6, method="greedy").tolist() for p in prompts]
-            if got != want:
-                raise Mistake(f"提示 {prompts}：用你的批次一起生成得到 {got}，逐条生成是 {want}", key="model_mismatch")
-
-    from tformer_lib.serving.ragged import greedy_batch, left_pad
-
-    return run_checks("左侧填充的位置编号", fn, [("8 组随机的参差提示", tensors), ("2 个随机小模型上与逐条生成相同", model)],
-                      verbose=verbose, forbidden=(left_pad, greedy_batch, _pad_reference))
