@@ -16,17 +16,22 @@ from tformer_lib.exercises.ch11 import (
 )
 
 
-# ---- 练习 1（预测再验证）：fp32 与混合精度都是每个参数 16 字节 ----
-def ref_model_state_bytes(n_params, precision):
-    return 16 * n_params  # fp32：4+4+4+4；混合精度：2+2（16 位参数、梯度）+4（主权重）+4+4（m、v）
+# ---- 练习 1（预测再验证）：参数 + 梯度（+ 主权重）+ 每个矩 4 字节；混合精度与 fp32 一样多 ----
+def ref_state_bytes(n_params, precision, optimizer):
+    weights = 4 + 4 if precision == "fp32" else 2 + 2 + 4  # 参数 + 梯度（混合精度：两份 16 位 + float32 主权重）
+    return n_params * (weights + 4 * {"adamw": 2, "sgd_momentum": 1, "sgd": 0}[optimizer])
 
 
-STATES = Case(check_model_state_bytes, ref_model_state_bytes, returns="int", wrong=[
-    Wrong("hard_coded", lambda n, p: 16_000),
-    Wrong("halved", lambda n, p: 16 * n if p == "fp32" else 8 * n, key="halved"),
-    Wrong("no_adam", lambda n, p: 8 * n if p == "fp32" else 16 * n, key="no_adam"),
-    Wrong("no_grads", lambda n, p: 12 * n if p == "fp32" else 16 * n, key="no_grads"),
-    Wrong("calls_the_library", lambda n, p: model_state_bytes(n, p)["total"], key="library_call"),
+STATES = Case(check_model_state_bytes, ref_state_bytes, returns="int", wrong=[
+    Wrong("hard_coded", lambda n, p, o: 16_000_000),
+    Wrong("always_16", lambda n, p, o: 16 * n, key="adam_states"),  # 以前的题只有 AdamW：16n 总是对的
+    Wrong("halved", lambda n, p, o: ref_state_bytes(n, "fp32", o) // (2 if p == "mixed" else 1), key="halved"),
+    Wrong("no_master", lambda n, p, o: ref_state_bytes(n, p, o) - (4 * n if p == "mixed" else 0), key="no_master"),
+    Wrong("no_optimizer_state", lambda n, p, o: 8 * n, key="no_optimizer_state"),  # 只有参数与梯度（与主权重）
+    Wrong("elements", lambda n, p, o: n, key="elements"),
+    # 库的 AdamW 账减去 SGD 少存的矩：数对了，但用的是库给的答案
+    Wrong("library_call", lambda n, p, o: model_state_bytes(n, p)["total"] - 4 * n * (2 - {"adamw": 2, "sgd_momentum": 1,
+                                                                                          "sgd": 0}[o]), key="library_call"),
 ])
 
 

@@ -1,6 +1,6 @@
 """第 11 章（显存与混合精度）练习的检查器，和“找错”题里那段有错的代码。
 
-- :func:`check_model_state_bytes`（预测再验证）：fp32 与混合精度训练，每个参数各占几个字节的模型状态；
+- :func:`check_model_state_bytes`（预测再验证）：fp32 与混合精度、三种优化器，每个参数各占几个字节的模型状态；
 - :func:`check_ffn_activation_bytes`（推导并核对）：前馈网络为反向保存的 ``(B, T, d_ff)`` 张量一共多少字节；
 - :func:`buggy_accumulated_loss` + :func:`check_accumulated_loss`（找错）：梯度累积时“各微批平均再平均”≠ 大批；
 - :func:`check_fp16_overflow`（预测再验证）：一个点积在 float16 里会不会上溢。
@@ -46,44 +46,71 @@ __all__ = [
 # ---- 预测再验证：模型状态每个参数几个字节 ----------------------------------------------------------------
 
 
-def _measured_fp32_states(n_in: int, n_out: int) -> tuple[int, int]:
-    """一个 ``nn.Linear`` 做一步 AdamW 之后，参数 + 梯度 + m + v 的实测字节数（不含 0 维的步数）与参数个数。"""
+#: 优化器给每个参数存几个 float32 的矩：AdamW 两个（m 与 v），带动量的 SGD 一个（动量），朴素 SGD 没有
+_MOMENTS = {"adamw": 2, "sgd_momentum": 1, "sgd": 0}
+
+
+def _optimizer(name: str, params) -> torch.optim.Optimizer:
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3)
+    return torch.optim.SGD(params, lr=1e-3, momentum=0.9 if name == "sgd_momentum" else 0.0)
+
+
+def _measured_fp32_states(n_in: int, n_out: int, optimizer: str) -> tuple[int, int]:
+    """一个 ``nn.Linear`` 用真实的优化器走一步之后，参数 + 梯度 + 优化器状态的实测字节数（不含 0 维的步数）与参数个数。"""
     model = nn.Linear(n_in, n_out)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = _optimizer(optimizer, model.parameters())
     model(torch.ones(1, n_in)).sum().backward()
-    optimizer.step()
-    m = measured_model_state_bytes(model, optimizer)
-    return m["params"] + m["grads"] + m["adam_m"] + m["adam_v"], sum(p.numel() for p in model.parameters())
+    opt.step()
+    m = measured_model_state_bytes(model, opt)
+    return m["total"] - m["step"], sum(p.numel() for p in model.parameters())
+
+
+def _state_items(n: int, precision: str, optimizer: str) -> dict[str, int]:
+    """逐项的账（字节）：fp32 的参数与梯度各 4；混合精度是 16 位的参数与梯度各 2、float32 主权重 4；每个矩 4。"""
+    table = BYTES_PER_PARAMETER["fp32" if precision == "fp32" else "mixed"]
+    return {"params": table["params"] * n, "grads": table["grads"] * n, "master": table["master"] * n,
+            "optimizer": 4 * _MOMENTS[optimizer] * n}
 
 
 def check_model_state_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(n_params, precision) -> int``：用 AdamW 训练时模型状态（参数、梯度、Adam 的 m 与 v，
-    混合精度另加 float32 主权重）一共多少字节。``precision`` 是 ``"fp32"`` 或 ``"mixed"``（16 位参数与梯度）。"""
+    """检查 ``fn(n_params, precision, optimizer) -> int``：训练时模型状态（参数、梯度、优化器状态，混合精度另加 float32
+    主权重）一共多少字节。``precision`` 是 ``"fp32"`` 或 ``"mixed"``（16 位参数与梯度）；``optimizer`` 是 ``"adamw"``、
+    ``"sgd_momentum"`` 或 ``"sgd"``，优化器状态总是 float32。fp32 与一步真实优化器之后实测的字节数比较。"""
 
     def cases(f):
-        for i, g in enumerate(random_cases(6, seed=111)):
-            precision = ("fp32", "mixed")[i % 2]
-            measured, n = _measured_fp32_states(draw_int(g, 2, 40), draw_int(g, 1, 30))
-            want = measured if precision == "fp32" else n * sum(BYTES_PER_PARAMETER["mixed"].values())
-            call = f"model_state_bytes(n_params={n}, precision={precision!r})"
-            got = as_int(f(n, precision), f"{call} 的返回值")
+        combos = [(p, o) for o in _MOMENTS for p in ("fp32", "mixed")]
+        for i, g in enumerate(random_cases(12, seed=111)):
+            precision, optimizer = combos[i % len(combos)]
+            measured, n = _measured_fp32_states(draw_int(g, 2, 40), draw_int(g, 1, 30), optimizer)
+            items = _state_items(n, precision, optimizer)
+            want = measured if precision == "fp32" else sum(items.values())
+            call = f"state_bytes(n_params={n}, precision={precision!r}, optimizer={optimizer!r})"
+            got = as_int(f(n, precision, optimizer), f"{call} 的返回值")
             if got == want:
                 continue
+            known: dict[int, tuple[str, str]] = {}
+            if optimizer != "adamw":
+                known[16 * n] = ("adam_states", f"{optimizer} 没有 Adam 的 m 与 v：带动量的 SGD 每个参数存一个 float32 的动量，"
+                                                "朴素的 SGD 不存优化器状态")
             if precision == "mixed":
-                known = {8 * n: ("halved", "混合精度并不把模型状态减半：16 位的参数与梯度之外，还要 float32 的主权重和 m、v"),
-                         12 * n: ("no_master", "别忘了 float32 的主权重（master weights）：更新要在 float32 里做")}
-            else:
-                known = {8 * n: ("no_adam", "别忘了 Adam 的两个矩 m 与 v：每个参数各一个 float32"),
-                         12 * n: ("no_grads", "梯度也要占内存：每个参数一个 float32 的梯度")}
-            known.setdefault(4 * n, ("params_only", "只算了参数本身：训练还要梯度和 Adam 的两个矩"))
+                fp32 = sum(_state_items(n, "fp32", optimizer).values())
+                known.setdefault(fp32 // 2, ("halved", "混合精度并不把模型状态减半：16 位的参数与梯度之外，还有 float32 的"
+                                                       "主权重和优化器状态"))
+                known.setdefault(want - items["master"], ("no_master", "别忘了 float32 的主权重（master weights）："
+                                                                       "更新要在 float32 里做"))
+            if items["optimizer"]:
+                known.setdefault(want - items["optimizer"], ("no_optimizer_state", "别忘了优化器状态：每个矩每个参数一个 float32"))
+            known.setdefault(want - items["grads"], ("no_grads", "梯度也要占内存：每个参数一份梯度"))
+            known.setdefault(items["params"], ("params_only", "只算了参数本身：训练还要梯度和优化器状态"))
             known.setdefault(n, ("elements", "算出的是参数个数，还要乘每个参数占的字节数"))
-            key, hint = known.get(got, ("values", "按每个参数几个字节逐项加起来"))
+            key, hint = known.get(got, ("values", "按每个参数几个字节逐项加起来：参数、梯度、（混合精度的）主权重、优化器的每个矩"))
             raise Mistake(f"{call} 返回 {got}，应为 {want}。{hint}", key=key)
 
     from tformer_lib.memory import model_state_bytes
 
-    return run_checks("AdamW 训练的模型状态字节数", fn, [("6 个随机大小的模型，fp32 与混合精度", cases)], verbose=verbose,
-                      forbidden=(model_state_bytes, measured_model_state_bytes))
+    return run_checks("训练的模型状态字节数", fn, [("12 个随机大小的模型：fp32 与混合精度 × AdamW、带动量的 SGD、SGD", cases)],
+                      verbose=verbose, forbidden=(model_state_bytes, measured_model_state_bytes))
 
 
 # ---- 推导并核对：前馈网络保存的激活 ---------------------------------------------------------------------
