@@ -1,5 +1,6 @@
 """语言模型的配置（configuration）：一个数据类写清仅解码器（decoder-only）模型的全部超参数。"""
 
+import math
 from dataclasses import asdict, dataclass
 
 from .._checks import finite_positive, positive_int
@@ -38,6 +39,14 @@ class LMConfig:
     out_bias: bool = True  # W^O 带偏置（GPT-2 有；LLaMA、Qwen2、Mistral 没有）
     ffn_bias: bool = True  # 前馈网络的线性层带偏置（GPT-2 有；LLaMA、Qwen2、Mistral 没有）
     norm_eps: float = 1e-5  # 归一化分母里的 ε（LayerNorm/RMSNorm；各家模型取值不同，如 1e-5、1e-6）
+    # 混合专家（第 16 章，tformer_lib.moe）：moe_experts = 0 时每块是普通的稠密 FFN，以下各项不起作用
+    moe_experts: int = 0  # 每块的专家数 E；> 0 时 FFN 换成 MoEFeedForward，每个专家宽 d_ff
+    moe_top_k: int = 2  # 每个词元走几个专家 k
+    moe_capacity_factor: float | None = None  # 容量因子 c（训练时每专家最多 ⌈c·N·k/E⌉ 份任务）；None = 不丢词元
+    moe_renormalize: bool = True  # top-k 的权重重新归一到和为 1（Mixtral）；False = 保留 softmax 原值（Switch）
+    moe_shared_experts: int = 0  # 共享专家个数（DeepSeek-MoE）；人人都走
+    moe_aux_weight: float = 0.01  # 负载均衡损失的权重 α（Switch Transformer 的取值）
+    moe_z_weight: float = 0.0  # 路由器 z 损失的权重（ST-MoE 取 0.001）
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len"):
@@ -60,8 +69,26 @@ class LMConfig:
         for name in ("norm_first", "tie_embeddings", "fast_attention", "qkv_bias", "out_bias", "ffn_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} 应是 bool，收到 {getattr(self, name)!r}")
+        self._check_moe()
         if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"pad_id={self.pad_id!r} 应是词表 [0, {self.vocab_size}) 内的整数 id")
+
+    def _check_moe(self) -> None:
+        for name in ("moe_experts", "moe_shared_experts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} 应是 ≥ 0 的整数，收到 {value!r}")
+        positive_int("moe_top_k", self.moe_top_k)
+        if self.moe_experts and self.moe_top_k > self.moe_experts:
+            raise ValueError(f"moe_top_k={self.moe_top_k} 不能大于专家数 moe_experts={self.moe_experts}")
+        if self.moe_capacity_factor is not None:
+            finite_positive("moe_capacity_factor", self.moe_capacity_factor)
+        if not isinstance(self.moe_renormalize, bool):
+            raise TypeError(f"moe_renormalize 应是 bool，收到 {self.moe_renormalize!r}")
+        for name in ("moe_aux_weight", "moe_z_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} 应是 ≥ 0 的有限数，收到 {value!r}")
 
     @property
     def d_k(self) -> int:
@@ -82,7 +109,7 @@ class LMConfig:
         """从 :meth:`to_dict` 的结果还原；未知字段给出清楚的错误。
 
         旧检查点的字典里没有后来加的字段（``qkv_bias``、``out_bias``、``ffn_bias``、``norm_eps``），
-        这些取默认值——正是加字段之前模型的样子。
+        这些取默认值——正是加字段之前模型的样子（``moe_*`` 的默认值就是稠密 FFN）。
         """
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:

@@ -41,6 +41,9 @@ def _refuse(field: str, value, why: str) -> UnsupportedHFConfig:
 def hf_family(config: LMConfig) -> str:
     """能精确表达 ``config`` 的 HF 家族（``"gpt2"``、``"llama"`` 或 ``"qwen2"``）；没有时抛 :class:`UnsupportedHFConfig`。"""
     c = config
+    if c.moe_experts:
+        raise UnsupportedHFConfig(f"moe_experts={c.moe_experts!r}：这里只映射稠密的 gpt2/llama/qwen2 家族，"
+                                  "混合专家（Mixtral 等）的权重格式不在其中")
     if not c.norm_first:
         raise _refuse("norm_first", c.norm_first, "HF 的这些家族都是前置归一化（pre-LN）")
     if c.positional == "learned":

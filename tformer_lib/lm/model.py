@@ -17,10 +17,22 @@ from ..attention import MultiHeadAttention
 from ..feedforward import PositionwiseFeedForward
 from ..layers import ResidualNorm
 from ..masks import combine_masks
+from ..moe import MoEFeedForward
 from ..norms import make_norm
 from ..positional import RopeTables, sinusoidal_positional_encoding
 from .cache import LMCache
 from .config import LMConfig
+
+
+def feed_forward_for(config: LMConfig) -> nn.Module:
+    """块里的前馈网络：稠密的 :class:`~tformer_lib.PositionwiseFeedForward`；``config.moe_experts`` > 0 时是
+    :class:`~tformer_lib.moe.MoEFeedForward`（E 个这样的 FFN，每个词元走 ``moe_top_k`` 个）。"""
+    c = config
+    if not c.moe_experts:
+        return PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation, bias=c.ffn_bias)
+    return MoEFeedForward(c.d_model, c.d_ff, c.moe_experts, c.moe_top_k, dropout=c.dropout, activation=c.activation,
+                          bias=c.ffn_bias, capacity_factor=c.moe_capacity_factor, renormalize=c.moe_renormalize,
+                          n_shared_experts=c.moe_shared_experts)
 
 
 class DecoderOnlyBlock(nn.Module):
@@ -33,7 +45,7 @@ class DecoderOnlyBlock(nn.Module):
             c.d_model, c.n_heads, c.dropout, fast=c.fast_attention, n_kv_heads=c.n_kv_heads,
             rope=c.positional == "rope", rope_base=c.rope_base, qkv_bias=c.qkv_bias, out_bias=c.out_bias,
         )
-        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation, bias=c.ffn_bias)
+        self.feed_forward = feed_forward_for(c)  # 稠密 FFN；moe_experts > 0 时是混合专家（第 16 章）
         self.residual_attn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
         self.residual_ffn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
 
@@ -198,6 +210,22 @@ class DecoderOnlyLM(nn.Module):
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled 应是 bool，收到 {enabled!r}")
         self.activation_checkpointing = enabled
+
+    def moe_layers(self) -> list[MoEFeedForward]:
+        """各块的混合专家层（稠密模型为空列表）。"""
+        return [block.feed_forward for block in self.blocks if isinstance(block.feed_forward, MoEFeedForward)]
+
+    def moe_loss(self) -> torch.Tensor:
+        r"""最近一次前向的路由辅助损失 :math:`\alpha \sum_\ell L^{(\ell)}_{\text{aux}} + \beta \sum_\ell L^{(\ell)}_z`
+        （各 MoE 层相加，α = ``moe_aux_weight``、β = ``moe_z_weight``；Switch Transformer 也是逐层相加）。
+
+        训练时加在交叉熵上（:class:`~tformer_lib.lm.LMTrainer` 自动加）。稠密模型、或还没前向过时是 0。
+        """
+        layers = [m for m in self.moe_layers() if m.last is not None]
+        total = self.tok_embed.weight.new_zeros(())
+        for m in layers:
+            total = total + self.config.moe_aux_weight * m.last.aux_loss + self.config.moe_z_weight * m.last.z_loss
+        return total
 
     def attention_weights(self) -> list[torch.Tensor | None]:
         """最近一次前向每块的注意力权重 ``(B, h, T, T_k)``（快速路径下为 None）。"""

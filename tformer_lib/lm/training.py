@@ -174,8 +174,14 @@ class LMTrainer:
         order = torch.randperm(len(self.train_blocks), generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
         return self.train_blocks[order[k * self.batch_size : (k + 1) * self.batch_size]]
 
-    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor, n_targets: int | None) -> torch.Tensor:
-        """一批（或一个微批）的交叉熵；``n_targets`` 给出时是“总和 / 整批的非 PAD 目标数”（梯度累积用）。"""
+    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor, n_targets: int | None,
+              share: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """一批（或一个微批）的 ``(目标函数, 交叉熵)``。
+
+        交叉熵：``n_targets`` 给出时是“总和 / 整批的非 PAD 目标数”（梯度累积用）。目标函数 = 交叉熵 + 混合专家的
+        路由辅助损失 × ``share``（这个微批占整批的份额；稠密模型这一项是 0）。日志与返回值只记交叉熵，
+        稠密与 MoE 的损失才能直接比较。
+        """
         if self.autocast is None:
             logits = self.model(inputs)  # (B, L, V)
         else:
@@ -183,8 +189,13 @@ class LMTrainer:
                 logits = self.model(inputs)  # (B, L, V)，矩阵乘法在 16 位里算
         logits = logits.float().flatten(0, 1)  # (B·L, V)：损失总在 float32 里算
         if n_targets is None:
-            return F.cross_entropy(logits, targets.flatten(), ignore_index=PAD)
-        return F.cross_entropy(logits, targets.flatten(), ignore_index=PAD, reduction="sum") / n_targets
+            ce = F.cross_entropy(logits, targets.flatten(), ignore_index=PAD)
+        else:
+            ce = F.cross_entropy(logits, targets.flatten(), ignore_index=PAD, reduction="sum") / n_targets
+        lm = getattr(self.model, "module", self.model)  # DDP 包着时取里面的模型
+        if not lm.moe_layers():
+            return ce, ce
+        return ce + share * lm.moe_loss().float(), ce
 
     def _check_finite(self, loss: torch.Tensor) -> None:
         if not torch.isfinite(loss):
@@ -205,16 +216,16 @@ class LMTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         scale = (lambda t: self.scaler.scale(t)) if self.scaler is not None else (lambda t: t)
         if self.accumulation_steps == 1:
-            loss = self._loss(inputs, targets, None)
-            self._check_finite(loss)
-            scale(loss).backward()
+            objective, loss = self._loss(inputs, targets, None)
+            self._check_finite(objective)
+            scale(objective).backward()
         else:
             n_targets = max(1, int((targets != PAD).sum()))
             loss = torch.zeros(())
             for inp, tgt in zip(inputs.chunk(self.accumulation_steps), targets.chunk(self.accumulation_steps)):
-                part = self._loss(inp, tgt, n_targets)  # 微批 (B/k, L)
-                self._check_finite(part)
-                scale(part).backward()
+                objective, part = self._loss(inp, tgt, n_targets, 1 / self.accumulation_steps)  # 微批 (B/k, L)
+                self._check_finite(objective)
+                scale(objective).backward()
                 loss = loss + part.detach().cpu()
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # 先除回缩放因子，裁剪才看得到真实的梯度范数

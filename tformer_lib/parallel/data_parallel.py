@@ -124,7 +124,8 @@ def _token_blocks(name: str, blocks, layout: str) -> None:
         raise TypeError(f"{name} 应是整数类型的词元 id {layout}，收到 dtype {blocks.dtype}")
 
 
-def _check_run(blocks, steps: int, batch_size: int, lr: float, world_size: int) -> None:
+def check_run(blocks, steps: int, batch_size: int, lr: float, world_size: int) -> None:
+    """各种并行训练入口共用的参数检查：词元块、步数、能被进程数整除的全局批、学习率，步数不超过一个 epoch。"""
     _token_blocks("blocks", blocks, "(n_blocks, L+1)")
     positive_int("steps", steps)
     positive_int("batch_size", batch_size)
@@ -189,7 +190,7 @@ def train_lm_worker(rank: int, world_size: int, modes, config_dict: dict, state:
 def train_single_process(model, blocks: torch.Tensor, steps: int, batch_size: int, lr: float, world_size: int = 2,
                          seed: int = 0) -> dict:
     """参照：一个进程、整批，数据与 ``world_size`` 个进程的数据并行逐步相同。``model`` 不被修改。"""
-    _check_run(blocks, steps, batch_size, lr, world_size)
+    check_run(blocks, steps, batch_size, lr, world_size)
     model = new_model(model.config.to_dict(), model.state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = _train(model, optimizer, global_batches(len(blocks), batch_size, world_size, seed), blocks, steps)
@@ -204,7 +205,7 @@ def train_data_parallel(model, blocks: torch.Tensor, steps: int, batch_size: int
     for mode in modes:
         if mode not in DP_MODES:
             raise ValueError(f"modes 里的 {mode!r} 不是 {DP_MODES} 之一")
-    _check_run(blocks, steps, batch_size, lr, world_size)
+    check_run(blocks, steps, batch_size, lr, world_size)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     results = launch(train_lm_worker, world_size,
                      (tuple(modes), model.config.to_dict(), state, blocks, steps, batch_size, lr, seed), timeout=timeout)

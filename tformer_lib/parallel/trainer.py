@@ -41,18 +41,18 @@ class DistributedLMTrainer(LMTrainer):
         whole = super().batch(step)  # (B, L+1)：各进程算出同一个全局批
         return whole[self.rank :: self.world_size]  # (B/p, L+1)
 
-    def _loss(self, inputs, targets, n_targets):
+    def _loss(self, inputs, targets, n_targets, share=1.0):
         if self.ddp is None:
-            return super()._loss(inputs, targets, n_targets)
+            return super()._loss(inputs, targets, n_targets, share)
         # 各进程的块里 PAD 目标数不同：“各自求平均再平均”≠ 整批平均。改用“本进程总和 / (全局目标数 / p)”，
         # DDP 再把 p 个梯度平均，恰好是 Σ总和 / 全局目标数——与单进程整批逐位同一个量
         local = n_targets if n_targets is not None else int((targets != PAD).sum())
         count = torch.tensor([float(local)], dtype=torch.float64, device=targets.device)
         dist.all_reduce(count)
-        share = max(1.0, float(count)) / self.world_size
+        per_rank = max(1.0, float(count)) / self.world_size
         model, self.model = self.model, self.ddp  # 前向经 DDP，反向时它在各进程间平均梯度
         try:
-            return super()._loss(inputs, targets, share)
+            return super()._loss(inputs, targets, per_rank, share)
         finally:
             self.model = model
 
