@@ -7,7 +7,10 @@
 - :mod:`.zero` / :mod:`.fsdp`：ZeRO 阶段 0–3 每进程字节公式；FSDP2 ``fully_shard`` 训练并量出每进程实际字节；
 - :mod:`.comm`：每种方案每步的通信载荷，由手写方案实际交出的张量记下，与公式（环形 all-reduce 2(p−1)/p 等）比较；
 - :mod:`.throughput`：同一次运行里量 1 进程 × 2 线程 与 2 进程 × 1 线程（数据并行）的词元/秒与通信占比；
-- :mod:`.trainer`：``torchrun`` 下的 ``lm-train``（``LMTrainer`` + DDP，只有 rank 0 打印与保存）。
+- :mod:`.trainer`：``torchrun`` 下的 ``lm-train``（``LMTrainer`` + DDP，只有 rank 0 打印与保存）；
+- 第 16 章：:mod:`.all_to_all`（带梯度的 all-to-all）、:mod:`.expert_parallel`（专家分到各进程，词元 all-to-all 过去
+  再送回）、:mod:`.ring_attention`（K/V 块绕环走一圈，在线 softmax 合并；之字形切片均衡因果的工作量）、
+  :mod:`.ulysses`（all-to-all 把按序列切换成按头切）。
 
 每个手写方案都有测试证明它与单进程训练、也与 PyTorch 自己的引擎结果一致。
 """
