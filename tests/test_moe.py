@@ -16,6 +16,8 @@ from tformer_lib.moe import (
     TopKRouter,
     expert_capacity,
     load_balancing_loss,
+    combine,
+    dispatch,
     moe_loop,
     plan_dispatch,
     router_z_loss,
@@ -160,6 +162,8 @@ def test_capacity_formula_and_first_choices_first():
     assert expert_capacity(12, 4, 2, 1.25) == 8  # ⌈7.5⌉
     assert expert_capacity(10, 3, 2, 1.0) == 7  # ⌈6.67⌉
     assert expert_capacity(0, 3, 2, 1.0) == 0
+    # 浮点的尾差不能多算一格：1.1 · 200 · 2 / 8 在浮点里是 55.000000000000007
+    assert (expert_capacity(200, 8, 2, 1.1), expert_capacity(100, 4, 2, 1.1), expert_capacity(200, 4, 1, 2.2)) == (55, 55, 110)
     # 3 个词元、容量 2：专家 0 先收词元 0、1 的第一选择，词元 2 的第一选择排第三，被丢；
     # 第二选择排在所有第一选择之后：专家 1 收词元 0、2，专家 2 收词元 1
     experts = torch.tensor([[0, 1], [0, 2], [0, 1]])
@@ -270,6 +274,21 @@ def test_layer_and_helpers_name_bad_arguments():
         plan_dispatch(r, torch.ones(3, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"x 应是 2 维张量 \(N, d_model\)"):
         TopKRouter(8, 2, 1)(torch.randn(3))
+    moe = MoEFeedForward(8, 8, 2, 1)
+    with pytest.raises(TypeError, match="x 的 dtype 是 torch.float64"):
+        moe(torch.randn(2, 3, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="x 的最后一维是 6，但这个混合专家层的 d_model=8"):
+        moe(torch.randn(2, 3, 6))
+    with pytest.raises(ValueError, match=r"experts 的编号应在 \[0, 1\] 内"):
+        within_capacity(torch.tensor([[0], [2]]), 2, 1)
+    with pytest.raises(ValueError, match="experts 应是整数的"):
+        within_capacity(torch.zeros(3), 2, 1)
+    r = TopKRouter(8, 2, 1)(torch.randn(3, 8))
+    plan = plan_dispatch(r)
+    with pytest.raises(ValueError, match="x 应是 \\(N=3, d\\)"):
+        dispatch(torch.randn(4, 8), plan)
+    with pytest.raises(ValueError, match="y 应是 \\(M=3, d\\)"):
+        combine(torch.randn(2, 8), plan)
 
 
 def test_save_hf_refuses_an_moe_model(tmp_path):

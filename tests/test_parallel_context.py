@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from tformer_lib import causal_mask, scaled_dot_product_attention
 from tformer_lib.parallel import launch
+from tformer_lib.parallel.all_to_all import all_to_all
 from tformer_lib.parallel.comm import recording
 from tformer_lib.parallel.ring_attention import (
     causal_pairs,
@@ -53,6 +54,26 @@ def _worker(rank, world, inputs64, inputs32):
         ulysses_attention(*(torch.zeros(1, world // 2, 2, 2) for _ in range(3)))
     except ValueError as e:
         out["heads_error"] = str(e)
+    # 不连续的输入（split_heads 之后 transpose 出来的那种）与连续的结果相同
+    q, k, v, _ = inputs32
+    pos = sequence_positions(T, world, "zigzag")
+    local = [split_sequence(x, pos)[rank] for x in (q, k, v)]
+    strided = [x.transpose(1, 2).contiguous().transpose(1, 2) for x in local]  # 同样的值，步长不同
+    assert not strided[0].is_contiguous()
+    out["strided_diff"] = float((ring_attention(*strided) - ring_attention(*local)).abs().max())
+    # 各进程的本地长度不同：每个进程都得到清楚的错误（而不是 gloo 让进程崩溃）
+    for name, fn in (("ring", ring_attention), ("ulysses", ulysses_attention)):
+        x = torch.zeros(1, world, 2 + rank, 4)
+        try:
+            fn(x, x, x)
+        except ValueError as e:
+            out[f"{name}_length_error"] = str(e)
+    # 行数不对的 all-to-all：负数，以及每个进程都说要收 2 行而对方只发 1 行
+    for label, send, receive in (("negative", [2, -1] + [0] * (world - 2), [1] * world), ("mismatch", [1] * world, [2] * world)):
+        try:
+            all_to_all(torch.zeros(sum(send), 3), send, receive)
+        except ValueError as e:
+            out[f"a2a_{label}"] = str(e)
     return out
 
 
@@ -140,3 +161,20 @@ def test_split_and_gather_are_inverse_and_bad_input_is_named():
         ring_attention(q, q, torch.zeros(1, 2, 5, 8))
     with pytest.raises(ValueError, match="k 应是 4 维浮点张量"):
         ulysses_attention(q, torch.zeros(2, 4, 8), q)
+
+
+@pytest.mark.distributed
+def test_strided_inputs_unequal_lengths_and_bad_row_counts(runs):
+    world, _, _, outs = runs
+    for rank in range(world):
+        out = outs[rank]
+        assert out["strided_diff"] == 0.0
+        expected = str([2 + r for r in range(world)])
+        assert f"各进程的本地序列长度 T/p 应相同，收到 {expected}" in out["ring_length_error"]
+        assert f"各进程的本地序列长度 T/p 应相同，收到 {expected}" in out["ulysses_length_error"]
+        assert "send 应是" in out["a2a_negative"]
+        assert f"receive={[2] * world} 与各进程实际要发来的行数 {[1] * world} 不符" in out["a2a_mismatch"]
+
+
+def test_payload_at_one_rank_sends_nothing():
+    assert ring_attention_payload(2, 4, 16, 8, 1) == {"forward": 0, "backward": 0}

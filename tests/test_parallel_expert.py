@@ -99,6 +99,9 @@ def test_bad_arguments_are_named_before_any_process_starts():
     part = ExpertParallelMoE(moe, 1, 2)
     assert part.n_experts == 4 and part.first_expert == 2 and len(part.experts) == 2
     assert part.experts[0] is moe.experts[2] and part.router is moe.router
+    assert part.training and not ExpertParallelMoE(moe.eval(), 1, 2).training  # 保持原层的模式：推理时不丢词元
+    with pytest.raises(RuntimeError, match="没有进程组"):
+        part(torch.randn(2, 8))
     dense = make_lm(LMConfig(vocab_size=20, d_model=8, n_heads=2, n_layers=1, d_ff=8, max_len=8))
     with pytest.raises(ValueError, match="没有混合专家层"):
         shard_experts(dense, 0, 2)
@@ -107,3 +110,17 @@ def test_bad_arguments_are_named_before_any_process_starts():
     with pytest.raises(ValueError, match="received_rows"):
         expert_parallel_payload(1, -1, 8, 4)
     assert expert_parallel_payload(10, 6, 8, 4, 2) == 2 * 16 * 8 * 2 + 32
+
+
+def _same_rank_worker(rank, world):
+    moe = MoEFeedForward(8, 8, 4, 2)
+    part = ExpertParallelMoE(moe, 0, world)  # 错误：每个进程都说自己是 rank 0
+    part(torch.randn(3, 8))
+
+
+@pytest.mark.distributed
+def test_a_rank_that_is_not_the_process_group_rank_is_named():
+    from tformer_lib.parallel import DistributedError, launch
+
+    with pytest.raises(DistributedError, match="rank=0、world_size=2 切分，但进程组是"):
+        launch(_same_rank_worker, 2, timeout=60)

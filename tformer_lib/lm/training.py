@@ -209,6 +209,8 @@ class LMTrainer:
 
         ``accumulation_steps = k > 1`` 时把一批切成 k 个微批（micro-batch）依次前向、反向，梯度在 ``.grad`` 里累加；
         每个微批的损失是“总和 / 整批的非 PAD 目标数”，所以累加出的梯度与一次算整批相同（测试保证）。
+        混合专家模型例外：负载均衡损失与容量按一次前向的词元（一组）算，每个微批是一组，
+        所以路由器的梯度与整批一次前向不同（交叉熵部分仍相同）。
         """
         self.model.train()
         device = next(self.model.parameters()).device

@@ -34,7 +34,8 @@ def expert_capacity(n_tokens: int, n_experts: int, top_k: int, capacity_factor: 
     if (isinstance(capacity_factor, bool) or not isinstance(capacity_factor, numbers.Real)
             or not math.isfinite(capacity_factor) or capacity_factor <= 0):
         raise ValueError(f"capacity_factor 应是正的有限数，收到 {capacity_factor!r}")
-    return math.ceil(capacity_factor * int(n_tokens) * top_k / n_experts)
+    # 先舍去浮点的尾差再取整：1.1 · 200 · 2 / 8 在浮点里是 55.000000000000007，直接 ceil 会得到 56
+    return math.ceil(round(capacity_factor * int(n_tokens) * top_k / n_experts, 9))
 
 
 def within_capacity(experts: torch.Tensor, n_experts: int, capacity: int) -> torch.Tensor:
@@ -45,6 +46,12 @@ def within_capacity(experts: torch.Tensor, n_experts: int, capacity: int) -> tor
     positive_int("n_experts", n_experts)
     if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity < 0:
         raise ValueError(f"capacity 应是 ≥ 0 的整数，收到 {capacity!r}")
+    if (not isinstance(experts, torch.Tensor) or experts.dim() != 2 or experts.dtype.is_floating_point
+            or experts.dtype == torch.bool or experts.is_complex()):
+        raise ValueError(f"experts 应是整数的 (N, k) 张量，收到 {getattr(experts, 'dtype', type(experts).__name__)} "
+                         f"{tuple(getattr(experts, 'shape', ()))}")
+    if experts.numel() and (int(experts.min()) < 0 or int(experts.max()) >= n_experts):
+        raise ValueError(f"experts 的编号应在 [0, {n_experts - 1}] 内，收到 [{int(experts.min())}, {int(experts.max())}]")
     n, k = experts.shape
     queue = experts.t().reshape(-1)  # (k·N,)：先排所有词元的第一选择，再排第二选择……
     arrivals = F.one_hot(queue, n_experts).cumsum(dim=0)  # (k·N, E)：到这份任务为止每个专家已收到几份
@@ -91,6 +98,8 @@ def plan_dispatch(routing: Routing, keep: torch.Tensor | None = None) -> Dispatc
 
 def dispatch(x: torch.Tensor, plan: DispatchPlan) -> torch.Tensor:
     """收集（gather）：``x`` ``(N, d)`` → 排好队的行 ``(M, d)``。"""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != plan.n_tokens:
+        raise ValueError(f"x 应是 (N={plan.n_tokens}, d) 的张量（与路由时的词元数相同），收到 {tuple(getattr(x, 'shape', ()))}")
     return x.index_select(0, plan.tokens)  # (M, d)
 
 
@@ -99,5 +108,7 @@ def combine(y: torch.Tensor, plan: DispatchPlan) -> torch.Tensor:
 
     一个词元的任务全被丢弃时，它这一行是 0。
     """
+    if not isinstance(y, torch.Tensor) or y.dim() != 2 or y.shape[0] != len(plan.tokens):
+        raise ValueError(f"y 应是 (M={len(plan.tokens)}, d) 的专家输出（每份保留的任务一行），收到 {tuple(getattr(y, 'shape', ()))}")
     weighted = y * plan.weights.to(y.dtype)[:, None]  # (M, d)
     return y.new_zeros(plan.n_tokens, y.shape[-1]).index_add(0, plan.tokens, weighted)  # (N, d)

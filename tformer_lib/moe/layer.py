@@ -15,12 +15,20 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .._checks import dropout_rate, flag, positive_int
+from .._checks import dropout_rate, flag, last_dim, module_dtype, positive_int
 from ..feedforward import PositionwiseFeedForward
 from .dispatch import combine, dispatch, expert_capacity, plan_dispatch, within_capacity
 from .router import Routing, TopKRouter, load_balancing_loss, router_z_loss
 
 __all__ = ["MoEFeedForward", "MoEStats", "moe_loop"]
+
+
+def check_input(x, layer: nn.Module) -> None:
+    """``x`` 的类型、最后一维与 dtype（都不看数据，不花时间）：与稠密 FFN 一样给出清楚的错误。"""
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        raise TypeError(f"x 应是形状为 (..., d_model) 的 torch.Tensor，收到 {type(x).__name__}")
+    last_dim("x", x, layer.router.gate.in_features, "这个混合专家层的 d_model")
+    module_dtype("x", x, layer)
 
 
 @dataclass
@@ -105,6 +113,7 @@ class MoEFeedForward(nn.Module):
         self.last = MoEStats(load_balancing_loss(routing), router_z_loss(routing), load, routing.experts.numel(), dropped)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_input(x, self)
         flat = x.reshape(-1, x.shape[-1])  # (B, T, d) → (N, d)
         routing, keep = self.route(flat)
         plan = plan_dispatch(routing, keep)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .._checks import flag, positive_int, tensor_with_dim
+from .._checks import flag, last_dim, module_dtype, positive_int, tensor_with_dim
 
 __all__ = ["Routing", "TopKRouter", "load_balancing_loss", "router_z_loss"]
 
@@ -67,6 +67,8 @@ class TopKRouter(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Routing:
         tensor_with_dim("x", x, 2, "(N, d_model)")
+        last_dim("x", x, self.gate.in_features, "这个路由器的 d_model")
+        module_dtype("x", x, self)
         logits = self.gate(x)  # (N, E)
         probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # (N, E)
         weights, experts = probs.topk(self.top_k, dim=-1)  # (N, k), (N, k)

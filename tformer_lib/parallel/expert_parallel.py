@@ -57,21 +57,26 @@ class ExpertParallelMoE(MoEFeedForward):
         self.router, self.shared, self.capacity_factor = moe.router, moe.shared, moe.capacity_factor
         self.experts = nn.ModuleList(list(moe.experts)[self.first_expert : self.first_expert + self.local_experts])
         self.last = None
+        self.train(moe.training)  # 保持原层的训练/推理模式（推理时不丢词元）
 
     @property
     def n_experts(self) -> int:
         return self.total_experts
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not dist.is_initialized() or (dist.get_rank(), dist.get_world_size()) != (self.rank, self.world_size):
+            actual = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else "没有进程组"
+            raise RuntimeError(f"这一层按 rank={self.rank}、world_size={self.world_size} 切分，"
+                               f"但进程组是 (rank, world_size) = {actual}：每个进程要用自己的 rank 调用 shard_experts")
         p, e_local = self.world_size, self.local_experts
         flat = x.reshape(-1, x.shape[-1])  # (B, T, d) → (N, d)
         routing, keep = self.route(flat)
         plan = plan_dispatch(routing, keep)  # 行按全局专家编号排好：进程 q 的专家正好是连续的一段
         rows = dispatch(flat, plan)  # (M, d)
         # 1) 交换行数：counts[q·E/p + j] 是本进程要发给进程 q 的专家 j 的行数
-        counts = torch.tensor(plan.counts, dtype=torch.int64)  # (E,)
+        counts = torch.tensor(plan.counts, dtype=torch.int64, device=flat.device)  # (E,)
         incoming = all_to_all(counts, [e_local] * p, [e_local] * p).reshape(p, e_local)  # (p, E/p)：来源 × 本地专家
-        send = counts.reshape(p, e_local).sum(dim=1).tolist()  # 发给每个进程的行数
+        send = [sum(plan.counts[q * e_local : (q + 1) * e_local]) for q in range(p)]  # 发给每个进程的行数
         receive = incoming.sum(dim=1).tolist()  # 从每个进程收到的行数
         # 2) 分派：收到的行按 (来源进程, 本地专家) 排列
         received = AllToAll.apply(rows, send, receive)  # (R, d)
@@ -87,7 +92,7 @@ class ExpertParallelMoE(MoEFeedForward):
         y = combine(back, plan)  # (N, d)
         if self.shared is not None:
             y = y + self.shared(flat)  # (N, d)
-        self.record(routing, counts, plan.dropped)
+        self.record(routing, counts.cpu(), plan.dropped)
         return y.reshape(x.shape)  # (B, T, d)
 
 

@@ -24,6 +24,7 @@ from .._checks import one_of, positive_int
 from .comm import record
 
 __all__ = ["LAYOUTS", "sequence_positions", "split_sequence", "gather_sequence", "causal_pairs", "ring_attention",
+           "same_local_length",
            "RingAttention", "ring_attention_payload", "ring_attention_saved_bytes"]
 
 #: 序列的切法："contiguous" = 按顺序切 p 片；"zigzag" = 切 2p 块，进程 r 拿第 r 与第 2p−1−r 块
@@ -46,6 +47,9 @@ def sequence_positions(seq_len: int, world_size: int, layout: str = "zigzag") ->
 
 def split_sequence(x: torch.Tensor, positions: list[torch.Tensor], dim: int = -2) -> list[torch.Tensor]:
     """按 :func:`sequence_positions` 把 ``x`` 沿序列维 ``dim`` 切给各进程。"""
+    total = sum(len(pos) for pos in positions)
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[dim] != total:
+        raise ValueError(f"x 沿 dim={dim} 的长度应是 positions 的总长 {total}，收到形状 {tuple(getattr(x, 'shape', ()))}")
     return [x.index_select(dim, pos) for pos in positions]
 
 
@@ -65,7 +69,7 @@ def _pass_to_next(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     rank, p = dist.get_rank(), dist.get_world_size()
     if p == 1:  # 环上只有自己
         return tensors
-    received = [torch.empty_like(t) for t in tensors]
+    received = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors]  # 连续的接收缓冲
     requests = []
     for t, r in zip(tensors, received):
         record("send", t)
@@ -79,7 +83,8 @@ def _pass_to_next(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 def _scores(q, k, q_pos, k_pos, causal: bool, scale: float) -> torch.Tensor:
     s = q @ k.transpose(-2, -1) * scale  # (B, h, n, n)：本地查询 × 这一块的键
     if causal:
-        s = s.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))  # 只看全局位置不晚于自己的键
+        later = (k_pos[None, :] > q_pos[:, None]).to(s.device)  # (n, n)：键的全局位置晚于查询
+        s = s.masked_fill(later, float("-inf"))  # 只看全局位置不晚于自己的键
     return s
 
 
@@ -153,21 +158,32 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout:
         raise TypeError(f"causal 应是 bool，收到 {causal!r}")
     if not dist.is_initialized():
         raise RuntimeError("ring_attention 需要已初始化的进程组（例如在 tformer_lib.parallel.launch 起的进程里调用）")
-    return RingAttention.apply(q, k, v, layout, causal)
+    same_local_length("q", q.shape[-2], q.device)
+    return RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), layout, causal)
+
+
+def same_local_length(name: str, length: int, device: torch.device | str = "cpu") -> None:
+    """各进程的本地序列长度 T/p 必须相同且 ≥ 1（否则环上传的块形状对不上，gloo 会直接让进程崩溃）：一次小的 all-gather 核对。"""
+    if length < 1:
+        raise ValueError(f"{name} 的本地序列长度 T/p 应 ≥ 1，收到 {length}")
+    lengths = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(dist.get_world_size())]
+    dist.all_gather(lengths, torch.tensor([length], dtype=torch.int64, device=device))
+    if len({int(t) for t in lengths}) != 1:
+        raise ValueError(f"各进程的本地序列长度 T/p 应相同，收到 {[int(t) for t in lengths]}（{name} 的倒数第二维）")
 
 
 def ring_attention_payload(batch: int, heads: int, local_len: int, d_head: int, world_size: int,
                            element_bytes: int = 4) -> dict[str, int]:
     r"""一次环形注意力每个进程发出的字节：前向 K、V 各传 p − 1 次，反向 K、V、dK、dV 各传 p 次。
 
-    一块 = :math:`B\,h\,(T/p)\,d\,b` 字节；``{"forward": 2(p−1)·块, "backward": 4p·块}``。与 T 成正比——
+    一块 = :math:`B\,h\,(T/p)\,d\,b` 字节；``{"forward": 2(p−1)·块, "backward": 4p·块}``（p = 1 时什么都不传：都是 0）。与 T 成正比——
     不像张量并行那样与参数量有关；但每一步的传输可以与这一步的计算重叠，只要算一块的时间长于传一块。
     """
     for name, value in (("batch", batch), ("heads", heads), ("local_len", local_len), ("d_head", d_head),
                         ("world_size", world_size), ("element_bytes", element_bytes)):
         positive_int(name, value)
     block = batch * heads * local_len * d_head * element_bytes
-    return {"forward": 2 * (world_size - 1) * block, "backward": 4 * world_size * block}
+    return {"forward": 2 * (world_size - 1) * block, "backward": 4 * world_size * block if world_size > 1 else 0}
 
 
 def ring_attention_saved_bytes(batch: int, heads: int, local_len: int, d_head: int, element_bytes: int = 4) -> int:

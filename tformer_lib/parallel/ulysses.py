@@ -8,7 +8,7 @@ r"""DeepSpeed-Ulysses（上下文并行的另一种，第 16 章）：用两次 
 3. all-to-all 换回 ``(B, h, T/p, d)``。
 
 与环形注意力相比：通信量与 p 无关地小（每个进程每次 all-to-all 交出自己的 q/k/v/输出各一份），但并行度被头数限住
-（p 须整除 h；用 GQA 时整除 K/V 头数），而且每个进程要放得下整条序列的 ``(T, T)`` 分数（或用 FlashAttention 避免）。
+（p 须整除 h；这里的实现要求 q、k、v 的头数相同，GQA 的模型先把 K/V 头复制到 h 个），而且每个进程要放得下整条序列的 ``(T, T)`` 分数（或用 FlashAttention 避免）。
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .._checks import positive_int
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from .all_to_all import AllToAll
+from .ring_attention import same_local_length
 
 __all__ = ["ulysses_attention", "sequence_to_heads", "heads_to_sequence", "ulysses_payload"]
 
@@ -54,6 +55,7 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, caus
         raise TypeError(f"causal 应是 bool，收到 {causal!r}")
     if not dist.is_initialized():
         raise RuntimeError("ulysses_attention 需要已初始化的进程组（例如在 tformer_lib.parallel.launch 起的进程里调用）")
+    same_local_length("q", q.shape[-2], q.device)
     p = dist.get_world_size()
     if q.shape[1] % p != 0:
         raise ValueError(f"头数 h={q.shape[1]} 不能被进程数 p={p} 整除：Ulysses 按头分给各进程")
