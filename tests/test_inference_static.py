@@ -9,6 +9,7 @@ import torch
 
 from tformer_lib.lm import LMConfig, generate, load_poem_model, make_lm
 from tformer_lib.inference import StaticDecoder, StaticKVCache, generate_static, static_positions_and_mask
+from tformer_lib.rope_scaling import RopeScaling
 from tformer_lib.specials import EOS
 
 CONFIGS = {
@@ -17,6 +18,7 @@ CONFIGS = {
     "sinusoidal-fast-mqa": dict(positional="sinusoidal", fast_attention=True, n_kv_heads=1),
     "post-ln-relu": dict(norm_first=False, activation="relu"),
     "none-fast-rope": dict(positional="rope", fast_attention=True),
+    "rope-yarn": dict(positional="rope", rope_scaling=RopeScaling("yarn", 4.0, 10)),  # 第 16 章：缩放的表也走静态步
 }
 
 

@@ -275,7 +275,10 @@ def edited(hf_dirs, tmp_path, family, **changes):
 
 
 @pytest.mark.parametrize("family, changes, field", [
-    ("llama", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "rope_parameters"),
+    ("llama", dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}), "rope_parameters"),
+    ("llama", dict(rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 1e4}), "rope_parameters"),
+    ("llama", dict(rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4, "mscale": 0.7,
+                                    "mscale_all_dim": 0.7, "original_max_position_embeddings": 32}), "mscale"),
     ("llama", dict(rope_parameters=None, rope_theta=1e4, rope_scaling={"type": "dynamic", "factor": 2.0}), "rope_scaling"),
     ("llama", dict(hidden_act="gelu"), "hidden_act"),
     ("llama", dict(head_dim=16), "head_dim"),

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tformer_lib.lm import LMConfig, generate, make_lm
+from tformer_lib.rope_scaling import RopeScaling
 from tformer_lib.serving import BlockManager, Engine, OutOfBlocksError, greedy_batch, left_pad
 
 CONFIGS = [
@@ -13,6 +14,7 @@ CONFIGS = [
     dict(positional="rope", n_kv_heads=1),
     dict(positional="sinusoidal", n_kv_heads=2, norm="rms", activation="swiglu"),
     dict(positional="rope", norm_first=False, fast_attention=True),
+    dict(positional="rope", rope_scaling=RopeScaling("ntk", 4.0)),  # 第 16 章：缩放的表也走分页缓存的解码步
 ]
 
 

@@ -31,6 +31,7 @@ from ._checks import (
 from .kv_cache import AttentionCache
 from .masks import causal_mask
 from .positional import RopeTables
+from .rope_scaling import RopeScaling
 
 
 def scaled_dot_product_attention(
@@ -154,6 +155,7 @@ class MultiHeadAttention(nn.Module):
         *,
         qkv_bias: bool = True,
         out_bias: bool = True,
+        rope_scaling: RopeScaling | None = None,
     ):
         super().__init__()
         positive_int("d_model", d_model)
@@ -172,6 +174,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"RoPE 要求每头维度 d_k 为偶数，收到 d_k={self.d_k}（d_model={d_model}, n_heads={n_heads}）")
         self.n_kv_heads = n_kv_heads
         self.rope, self.rope_base = flag("rope", rope), finite_positive("rope_base", rope_base)
+        if rope_scaling is not None and not isinstance(rope_scaling, RopeScaling):
+            raise TypeError(f"rope_scaling 应是 RopeScaling 或 None，收到 {type(rope_scaling).__name__}")
+        if rope_scaling is not None and not rope:
+            raise ValueError("rope_scaling 只在 rope=True 时起作用，收到 rope=False")
+        self.rope_scaling = rope_scaling  # 第 16 章：PI / NTK / YaRN；None = 原始 RoPE
         self.w_q = nn.Linear(d_model, d_model, bias=qkv_bias)
         self.w_k = nn.Linear(d_model, n_kv_heads * self.d_k, bias=qkv_bias)  # GQA 时比 d_model 窄
         self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=qkv_bias)
@@ -198,6 +205,8 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"positions 这张 RopeTables 按 (T={positions.length}, d={positions.d}, base={positions.base}) 建成，"
                     f"这一层需要 (T={length}, d={self.d_k}, base={self.rope_base})")
+            if positions.scaling != self.rope_scaling:
+                raise ValueError(f"positions 这张 RopeTables 的缩放是 {positions.scaling}，这一层是 {self.rope_scaling}")
             if positions.batch not in (None, batch):
                 raise ValueError(f"positions 这张 RopeTables 按批大小 {positions.batch} 建成，query 的批大小是 {batch}")
             return positions
@@ -207,7 +216,7 @@ class MultiHeadAttention(nn.Module):
         elif not isinstance(positions, torch.Tensor) or tuple(positions.shape) not in ((length,), (batch, length)):
             raise ValueError(f"positions 的形状应为 ({length},) 或 ({batch}, {length})，"
                              f"收到 {tuple(getattr(positions, 'shape', ())) or type(positions).__name__}")
-        return RopeTables(positions, self.d_k, self.rope_base)
+        return RopeTables(positions, self.d_k, self.rope_base, self.rope_scaling)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, h, T, d_k)`` → ``(B, T, d_model)``：split_heads 的逆操作（即“拼接各头”）。"""

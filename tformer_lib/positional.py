@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ._checks import broadcast_shape, dropout_rate, finite_positive, last_dim, positive_int, tensor_with_dim
+from .rope_scaling import RopeScaling, scaled_rope_angles
 
 
 def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
@@ -174,16 +175,21 @@ class RopeTables:
     ``positions`` 为 ``(T,)``（全批相同）时表是 ``(T, d/2)``，为 ``(B, T)``（每行不同，如左填充的批）时是
     ``(B, 1, T, d/2)``：两者都能广播到注意力里 q、k 的形状 ``(B, h, T, d)``。:meth:`rotate` 与逐层调用
     :func:`apply_rope` 逐位相同（测试核对），只是不必每层、每个 q 与 k 都重算一遍三角函数。
-    表记下自己的 ``length``（T）、``d``、``base`` 与 ``batch``（``(T,)`` 的位置为 None）：用错了表会得到清楚的错误。
+    表记下自己的 ``length``（T）、``d``、``base``、``scaling`` 与 ``batch``（``(T,)`` 的位置为 None）：用错了表会得到清楚的错误。
+    ``scaling``：第 16 章的 :class:`~tformer_lib.rope_scaling.RopeScaling`（PI、NTK、YaRN），None = 原始的 RoPE。
     """
 
-    def __init__(self, positions: torch.Tensor, d: int, base: float = 10000.0):
+    def __init__(self, positions: torch.Tensor, d: int, base: float = 10000.0, scaling: RopeScaling | None = None):
         if not isinstance(positions, torch.Tensor) or positions.dim() not in (1, 2):
             raise ValueError(f"positions 应是形状为 (T,) 或 (B, T) 的张量，收到 {_shape_or_type(positions)}")
-        cos, sin = rope_angles(positions, d, base)  # (T, d/2) 或 (B, T, d/2)
+        if scaling is None:
+            cos, sin = rope_angles(positions, d, base)  # (T, d/2) 或 (B, T, d/2)
+        else:
+            _check_rope_angles(positions, d, base)
+            cos, sin = scaled_rope_angles(positions, d, base, scaling)  # 缩放后的频率，YaRN 另乘注意力系数
         if positions.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, d/2)：所有头共用
-        self.length, self.d, self.base = positions.shape[-1], d, float(base)
+        self.length, self.d, self.base, self.scaling = positions.shape[-1], d, float(base), scaling
         self.batch = positions.shape[0] if positions.dim() == 2 else None
         self._by_dtype = {torch.float64: (cos, sin)}
 

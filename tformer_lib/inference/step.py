@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from ..positional import RopeTables
 from .static_cache import StaticKVCache
 
 __all__ = ["static_positions_and_mask", "static_forward"]
@@ -39,7 +38,7 @@ def static_forward(model, cache: StaticKVCache, tokens: torch.Tensor, slots: tor
     cache.slots = slots
     x = model.embed(tokens, positions)  # (B, T, d_model)
     c = model.config
-    rope = RopeTables(positions, c.d_k, c.rope_base) if c.positional == "rope" else None  # 各层共用的旋转表
+    rope = model.rope_tables(positions) if c.positional == "rope" else None  # 各层共用的旋转表
     for block, layer_cache in zip(model.blocks, cache.layers):
         x = block(x, mask, layer_cache, rope)  # (B, T, d_model)
     return model.lm_head(model.norm(x))  # (B, T, V)

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass
 
 from .._checks import finite_positive, positive_int
 from ..norms import NORM_KINDS
+from ..rope_scaling import RopeScaling, rope_frequencies
 from ..specials import PAD
 
 POSITIONAL_KINDS = ("learned", "sinusoidal", "rope", "none")
@@ -33,6 +34,7 @@ class LMConfig:
     tie_embeddings: bool = True  # 输出层与词嵌入共享同一个矩阵
     dropout: float = 0.0  # 残差、注意力与嵌入上的 dropout
     rope_base: float = 10000.0  # RoPE 的 θ_i = base^{-2i/d_k}
+    rope_scaling: RopeScaling | None = None  # RoPE 缩放（第 16 章：PI / NTK / YaRN）；也可给它的字典；None = 不缩放
     fast_attention: bool = False  # True 时用 F.scaled_dot_product_attention（不保留注意力权重）
     pad_id: int = PAD  # 填充词元 id；训练时不计入损失
     qkv_bias: bool = True  # W^Q、W^K、W^V 带偏置（GPT-2、Qwen2 有；LLaMA、Mistral 没有）
@@ -66,6 +68,11 @@ class LMConfig:
             raise ValueError(f"dropout 应是 [0, 1) 内的数，收到 {self.dropout!r}")
         finite_positive("norm_eps", self.norm_eps)
         finite_positive("rope_base", self.rope_base)
+        if self.rope_scaling is not None:
+            self.rope_scaling = RopeScaling.from_dict(self.rope_scaling)  # 检查点里存的是字典
+            if self.positional != "rope":
+                raise ValueError(f"rope_scaling 只用于 positional='rope'，收到 positional={self.positional!r}")
+            rope_frequencies(self.d_k, self.rope_base, self.rope_scaling)  # 现在就检查（如 base ≤ 1、ntk 要 d_k ≥ 4）
         for name in ("norm_first", "tie_embeddings", "fast_attention", "qkv_bias", "out_bias", "ffn_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} 应是 bool，收到 {getattr(self, name)!r}")

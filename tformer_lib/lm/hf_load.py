@@ -11,9 +11,10 @@
 HF 的 RoPE 是“前后两半”（rotate-half）的约定，与 :func:`~tformer_lib.positional.apply_rope` 相同，权重无需重排。
 权重按名字对应：``q_proj/k_proj/v_proj/o_proj`` → ``w_q/w_k/w_v/w_o``，``gate_proj`` → ``w_1``、
 ``up_proj`` → ``w_3``、``down_proj`` → ``w_2``；GPT-2 的 ``Conv1D`` 存的是转置的矩阵（``x @ W``），
-融合的 ``c_attn`` 按输出维切成 q、k、v 三份。
+融合的 ``c_attn`` 按输出维切成 q、k、v 三份。RoPE 缩放只收 ``linear``（位置插值）与 ``yarn``（第 16 章，
+:mod:`tformer_lib.rope_scaling`，与 transformers 逐项相同）。
 
-我们表达不了的设置（RoPE 缩放、比上下文短的滑动窗口、别的激活函数……）一律报错并指出字段名，
+我们表达不了的设置（别的 RoPE 缩放、比上下文短的滑动窗口、别的激活函数……）一律报错并指出字段名，
 绝不悄悄给出一个不同的模型。
 """
 
@@ -26,6 +27,7 @@ from typing import NamedTuple
 
 import torch
 
+from ..rope_scaling import RopeScaling, yarn_attention_factor
 from .config import LMConfig
 from .hf_tokenizer import read_tokenizer_dir
 from .hf_weights import UnsupportedHFConfig, hf_to_lm_state
@@ -65,19 +67,50 @@ def _int(hf: dict, field: str, default=None) -> int:
 HF_DEFAULT_CONTEXT = {"llama": 2048, "qwen2": 32768, "mistral": 4096 * 32}
 
 
-def _rope_base(hf: dict) -> float:
-    """RoPE 的 base（θ）：新版写在 ``rope_parameters``，旧版是顶层的 ``rope_theta`` 与 ``rope_scaling``。"""
-    scaling = hf.get("rope_scaling")
-    if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "default":
-        raise _refuse("rope_scaling", scaling, "RoPE 缩放（linear、dynamic、yarn、llama3……）尚未实现，只支持 None")
+def _rope_scaling(hf: dict, fields: dict, where: str, context: int) -> RopeScaling | None:
+    """HF 的 RoPE 缩放设置 → :class:`~tformer_lib.rope_scaling.RopeScaling`：只收与本库逐项相同的 ``linear`` 与 ``yarn``。
+
+    YaRN 的训练长度与 transformers 取法相同：顶层的 ``original_max_position_embeddings``（Phi-3 的写法）优先，
+    其次缩放设置里的同名字段，都没有时是 ``max_position_embeddings``（``context``）。
+    """
+    kind = fields.get("rope_type", fields.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind not in ("linear", "yarn"):
+        raise _refuse(f"{where}.rope_type", kind, "只支持 'default'、'linear'（位置插值）与 'yarn'；"
+                      "'dynamic'、'llama3'、'longrope' 等与本库的缩放不是同一个式子")
+    factor = fields.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+        raise _refuse(f"{where}.factor", factor, f"rope_type={kind!r} 需要缩放倍数 factor ≥ 1")
+    if kind == "linear":
+        return RopeScaling("linear", float(factor))
+    for field in ("mscale", "mscale_all_dim"):
+        if fields.get(field):
+            raise _refuse(f"{where}.{field}", fields[field], "只支持 YaRN 的默认注意力系数 0.1·ln s + 1")
+    if not fields.get("truncate", True):
+        raise _refuse(f"{where}.truncate", fields["truncate"], "只支持 truncate=True（过渡区的端点取整）")
+    original = hf.get("original_max_position_embeddings", fields.get("original_max_position_embeddings", context))
+    try:
+        scaling = RopeScaling("yarn", float(factor), original, fields.get("beta_fast") or 32.0,
+                              fields.get("beta_slow") or 1.0)
+    except ValueError as exc:
+        raise _refuse(where, fields, str(exc)) from None
+    wanted = fields.get("attention_factor")
+    if wanted is not None and abs(wanted - yarn_attention_factor(scaling.factor)) > 1e-9:
+        raise _refuse(f"{where}.attention_factor", wanted, "只支持 YaRN 的默认注意力系数 0.1·ln s + 1")
+    return scaling
+
+
+def _rope(hf: dict, context: int) -> tuple[float, RopeScaling | None]:
+    """RoPE 的 base（θ）与缩放：新版写在 ``rope_parameters``，旧版是顶层的 ``rope_theta`` 与 ``rope_scaling``。"""
+    legacy = hf.get("rope_scaling") or {}
     params = hf.get("rope_parameters") or {}
-    if params.get("rope_type", "default") != "default":
-        raise _refuse("rope_parameters.rope_type", params["rope_type"], "RoPE 缩放尚未实现，只支持 'default'")
     for field in ("partial_rotary_factor",):
         for source, name in ((params, f"rope_parameters.{field}"), (hf, field)):
             if source.get(field, 1.0) != 1.0:
                 raise _refuse(name, source[field], "只支持整个头都旋转（1.0）")
-    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    scaling = _rope_scaling(hf, params, "rope_parameters", context) or _rope_scaling(hf, legacy, "rope_scaling", context)
+    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0))), scaling
 
 
 #: ``config.json`` 里没写 ``sliding_window`` 时，transformers 的 Mistral 与 Qwen2 配置取的默认窗口
@@ -148,12 +181,13 @@ def hf_to_lm_config(hf: dict, max_len: int | None = None) -> LMConfig:
     limit = _int(hf, "max_position_embeddings", HF_DEFAULT_CONTEXT[kind])
     context = _context(max_len, limit, "max_position_embeddings")
     _check_window(hf, context)
+    base, scaling = _rope(hf, limit)
     return LMConfig(
         vocab_size=_int(hf, "vocab_size"), d_model=d_model, n_heads=heads,
         n_kv_heads=kv_heads, n_layers=_int(hf, "num_hidden_layers"),
         d_ff=_int(hf, "intermediate_size"), max_len=context, positional="rope", norm="rms", norm_first=True,
         activation="swiglu", tie_embeddings=bool(hf.get("tie_word_embeddings", False)), dropout=0.0, fast_attention=True,
-        rope_base=_rope_base(hf), qkv_bias=qkv_bias, out_bias=out_bias, ffn_bias=ffn_bias,
+        rope_base=base, rope_scaling=scaling, qkv_bias=qkv_bias, out_bias=out_bias, ffn_bias=ffn_bias,
         norm_eps=float(hf.get("rms_norm_eps", 1e-6)), pad_id=_pad_id(hf),
     )
 

@@ -44,6 +44,9 @@ def hf_family(config: LMConfig) -> str:
     if c.moe_experts:
         raise UnsupportedHFConfig(f"moe_experts={c.moe_experts!r}：这里只映射稠密的 gpt2/llama/qwen2 家族，"
                                   "混合专家（Mixtral 等）的权重格式不在其中")
+    if c.rope_scaling is not None and c.rope_scaling.kind == "ntk":
+        raise UnsupportedHFConfig("rope_scaling.kind='ntk'：HF 没有静态的 NTK-aware 缩放（它的 'dynamic' 随序列长度改 base，"
+                                  "不是同一个式子）")
     if not c.norm_first:
         raise _refuse("norm_first", c.norm_first, "HF 的这些家族都是前置归一化（pre-LN）")
     if c.positional == "learned":
@@ -72,6 +75,16 @@ def hf_family(config: LMConfig) -> str:
     return "qwen2"
 
 
+def _hf_rope_scaling(scaling) -> dict | None:
+    """本库的 RoPE 缩放 → HF 的 ``rope_scaling``（``linear`` 与 ``yarn`` 逐项相同；``ntk`` 在 :func:`hf_family` 里已被拒绝）。"""
+    if scaling is None:
+        return None
+    if scaling.kind == "linear":
+        return {"rope_type": "linear", "factor": scaling.factor}
+    return {"rope_type": "yarn", "factor": scaling.factor, "original_max_position_embeddings": scaling.original_max_len,
+            "beta_fast": scaling.beta_fast, "beta_slow": scaling.beta_slow}
+
+
 def lm_to_hf_config(config: LMConfig, dtype: torch.dtype = torch.float32, special_ids: dict | None = None) -> dict:
     """:class:`LMConfig` → ``config.json`` 的字典（``special_ids`` 给出 ``bos/eos/pad_token_id``，默认本库的 BOS/EOS/PAD）。"""
     c, family = config, hf_family(config)
@@ -89,7 +102,7 @@ def lm_to_hf_config(config: LMConfig, dtype: torch.dtype = torch.float32, specia
     out = {**common, "hidden_size": c.d_model, "intermediate_size": c.d_ff, "num_hidden_layers": c.n_layers,
            "num_attention_heads": c.n_heads, "num_key_value_heads": c.kv_heads, "head_dim": c.d_k,
            "hidden_act": "silu", "max_position_embeddings": c.max_len, "rms_norm_eps": c.norm_eps,
-           "rope_theta": c.rope_base, "rope_scaling": None, "attention_dropout": 0.0}
+           "rope_theta": c.rope_base, "rope_scaling": _hf_rope_scaling(c.rope_scaling), "attention_dropout": 0.0}
     if family == "llama":
         return {**out, "attention_bias": c.qkv_bias, "mlp_bias": c.ffn_bias}
     return {**out, "use_sliding_window": False, "sliding_window": None, "max_window_layers": c.n_layers}

@@ -44,6 +44,7 @@ class DecoderOnlyBlock(nn.Module):
         self.self_attn = MultiHeadAttention(
             c.d_model, c.n_heads, c.dropout, fast=c.fast_attention, n_kv_heads=c.n_kv_heads,
             rope=c.positional == "rope", rope_base=c.rope_base, qkv_bias=c.qkv_bias, out_bias=c.out_bias,
+            rope_scaling=c.rope_scaling,
         )
         self.feed_forward = feed_forward_for(c)  # 稠密 FFN；moe_experts > 0 时是混合专家（第 16 章）
         self.residual_attn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
@@ -169,7 +170,7 @@ class DecoderOnlyLM(nn.Module):
         mask, causal = self._mask(attn_mask, start, length, tokens.device)
         # 1) 词嵌入 + 位置（RoPE 不加在这里，而是在每个注意力里旋转 q、k；旋转用的表各层共用，只算一次）
         x = self.embed(tokens, positions)  # (B, T, d_model)
-        rope = RopeTables(positions, self.config.d_k, self.config.rope_base) if self.config.positional == "rope" else None
+        rope = self.rope_tables(positions) if self.config.positional == "rope" else None
         # 2) N 个因果块
         recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
@@ -193,6 +194,11 @@ class DecoderOnlyLM(nn.Module):
         elif self.config.positional == "sinusoidal":
             x = x + self.pos_table[positions].to(x.dtype)  # (B, T, d_model)
         return self.dropout(x)
+
+    def rope_tables(self, positions: torch.Tensor) -> RopeTables:
+        """各层共用的 RoPE 表（含 ``config.rope_scaling``，第 16 章）；第 14 章的静态缓存与第 13 章的服务也调用它。"""
+        c = self.config
+        return RopeTables(positions, c.d_k, c.rope_base, c.rope_scaling)
 
     def set_fast_attention(self, fast: bool) -> None:
         """在显式路径（保留注意力权重）与快速路径之间切换所有注意力模块。"""

@@ -78,7 +78,7 @@ class LMStage(nn.Module):
             raise ValueError("流水线切分要求 tie_embeddings=False：输出层与词嵌入共享时首尾两段要共用一个矩阵")
         self.start, self.stop = split_points(c.n_layers, stages)[stage]
         self.first, self.last = stage == 0, stage == stages - 1
-        self.positional, self.d_k, self.rope_base = c.positional, c.d_k, c.rope_base
+        self.positional, self.d_k, self.rope_base, self.rope_scaling = c.positional, c.d_k, c.rope_base, c.rope_scaling
         if self.first:
             self.tok_embed = model.tok_embed
             if c.positional == "learned":
@@ -98,7 +98,7 @@ class LMStage(nn.Module):
                 x = x + self.pos_embed(positions)  # (b, T, d_model)
             elif self.positional == "sinusoidal":
                 x = x + self.pos_table[positions].to(x.dtype)  # (b, T, d_model)
-        rope = RopeTables(positions, self.d_k, self.rope_base) if self.positional == "rope" else None
+        rope = RopeTables(positions, self.d_k, self.rope_base, self.rope_scaling) if self.positional == "rope" else None
         for block in self.blocks:
             x = block(x, None, None, rope, causal=True)  # (b, T, d_model)：因果掩码交给注意力自己
         return self.lm_head(self.norm(x)) if self.last else x  # (b, T, V) 或 (b, T, d_model)

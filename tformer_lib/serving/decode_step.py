@@ -25,7 +25,6 @@ import threading
 import torch
 
 from .._checks import check_suppress_ids, flag, positive_int
-from ..positional import RopeTables
 from ..specials import PAD
 from .paged_cache import PagedKVCache, PagedLayer
 
@@ -52,7 +51,7 @@ def paged_forward(model, stores_k: list[torch.Tensor], stores_v: list[torch.Tens
     mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # (B, 1, T, W)：只看见不在自己之后的位置
     x = model.embed(tokens, positions)  # (B, T, d_model)
     c = model.config
-    rope = RopeTables(positions, c.d_k, c.rope_base) if c.positional == "rope" else None  # 各层共用的旋转表
+    rope = model.rope_tables(positions) if c.positional == "rope" else None  # 各层共用的旋转表
     for block, k, v in zip(model.blocks, stores_k, stores_v):
         x = block(x, mask, PagedLayer(k, v, None, write_slots, read_slots), rope)  # (B, T, d_model)
     x = x[torch.arange(x.shape[0], device=x.device), last]  # (B, d_model)：只有最后一个真实词元要过输出层
