@@ -42,6 +42,7 @@ RESULTS = {
     "vs_transformers": "python benchmarks/vs_transformers.py --rounds 5 --out tformer_lib/results/vs_transformers.json",
     "finetune": "python -m tformer_lib.finetune.measure --out tformer_lib/results/finetune.json",
     "scaling": "python -m tformer_lib.scale.scaling --out tformer_lib/results/scaling.json",
+    "moe": "python -m tformer_lib.experiments.moe --out tformer_lib/results/moe.json",
 }
 
 

@@ -36,3 +36,19 @@ def test_drop_rate_by_capacity_restores_the_model():
     low, high = evaluate_with_capacity(model, blocks, 0.5, 3), evaluate_with_capacity(model, blocks, 4.0, 3)
     assert low["drop_rate"] >= 0.5 and high["drop_rate"] == 0.0  # 容量 0.5：至少一半的任务排不上
     assert not model.training and model.moe_layers()[0].capacity_factor == 1.25  # 量完恢复原样
+
+
+def test_shipped_results_cover_every_arm_and_seed_with_equal_active_width():
+    import json
+
+    from tformer_lib.experiments.moe import CAPACITY_FACTORS, RESULTS_PATH
+
+    data = json.loads(RESULTS_PATH.read_text(encoding="utf-8"))
+    seeds = data["settings"]["seeds"]
+    assert len(seeds) >= 2
+    assert sorted((r["arm"], r["seed"]) for r in data["runs"]) == sorted((a, s) for a in MOE_ARMS for s in seeds)
+    active = [data["arms"][a]["active_parameters"] for a in MOE_ARMS]
+    assert max(active) / min(active) < 1.01  # 激活参数相同（只差路由器的几千个）
+    for arm in ("top1", "top2_fine"):
+        rates = [c["drop_rate"] for c in data["capacity"] if c["arm"] == arm and c["seed"] == seeds[0]]
+        assert len(rates) == len(CAPACITY_FACTORS) and rates == sorted(rates, reverse=True)
