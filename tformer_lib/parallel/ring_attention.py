@@ -24,7 +24,7 @@ from .._checks import one_of, positive_int
 from .comm import record
 
 __all__ = ["LAYOUTS", "sequence_positions", "split_sequence", "gather_sequence", "causal_pairs", "ring_attention",
-           "same_local_length",
+           "check_local_qkv", "same_local_length",
            "RingAttention", "ring_attention_payload", "ring_attention_saved_bytes"]
 
 #: 序列的切法："contiguous" = 按顺序切 p 片；"zigzag" = 切 2p 块，进程 r 拿第 r 与第 2p−1−r 块
@@ -148,18 +148,25 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout:
 
     需要已初始化的进程组；p = 1 时就是普通的注意力。各进程的 ``T/p`` 须相同。
     """
+    check_local_qkv("ring_attention", q, k, v, causal, layout)
+    return RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), layout, causal)
+
+
+def check_local_qkv(who: str, q, k, v, causal, layout: str | None = None) -> None:
+    """上下文并行的入口（环形注意力、Ulysses）共用的检查：本进程的 ``q``、``k``、``v`` 是同形状的 4 维浮点张量
+    ``(B, h, T/p, d)``，``layout``（给出时）与 ``causal`` 合法，进程组已初始化，各进程的 T/p 相同。"""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point():
             raise ValueError(f"{name} 应是 4 维浮点张量 (B, h, T/p, d)，收到 {getattr(x, 'shape', type(x).__name__)}")
     if not (q.shape == k.shape == v.shape):
         raise ValueError(f"q、k、v 的形状应相同，收到 {tuple(q.shape)}、{tuple(k.shape)}、{tuple(v.shape)}")
-    one_of("layout", layout, LAYOUTS)
+    if layout is not None:
+        one_of("layout", layout, LAYOUTS)
     if not isinstance(causal, bool):
         raise TypeError(f"causal 应是 bool，收到 {causal!r}")
     if not dist.is_initialized():
-        raise RuntimeError("ring_attention 需要已初始化的进程组（例如在 tformer_lib.parallel.launch 起的进程里调用）")
+        raise RuntimeError(f"{who} 需要已初始化的进程组（例如在 tformer_lib.parallel.launch 起的进程里调用）")
     same_local_length("q", q.shape[-2], q.device)
-    return RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), layout, causal)
 
 
 def same_local_length(name: str, length: int, device: torch.device | str = "cpu") -> None:

@@ -20,7 +20,7 @@ from .._checks import positive_int
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from .all_to_all import AllToAll
-from .ring_attention import same_local_length
+from .ring_attention import check_local_qkv
 
 __all__ = ["ulysses_attention", "sequence_to_heads", "heads_to_sequence", "ulysses_payload"]
 
@@ -46,16 +46,7 @@ def heads_to_sequence(x: torch.Tensor) -> torch.Tensor:
 def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True) -> torch.Tensor:
     """本进程持有按顺序切给它的 ``q``、``k``、``v`` ``(B, h, T/p, d)``，返回本进程那片的注意力输出 ``(B, h, T/p, d)``，
     与整条序列一次注意力的对应行相同（前向与反向）。p 须整除头数 h。需要已初始化的进程组。"""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point():
-            raise ValueError(f"{name} 应是 4 维浮点张量 (B, h, T/p, d)，收到 {getattr(x, 'shape', type(x).__name__)}")
-    if not (q.shape == k.shape == v.shape):
-        raise ValueError(f"q、k、v 的形状应相同，收到 {tuple(q.shape)}、{tuple(k.shape)}、{tuple(v.shape)}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal 应是 bool，收到 {causal!r}")
-    if not dist.is_initialized():
-        raise RuntimeError("ulysses_attention 需要已初始化的进程组（例如在 tformer_lib.parallel.launch 起的进程里调用）")
-    same_local_length("q", q.shape[-2], q.device)
+    check_local_qkv("ulysses_attention", q, k, v, causal)
     p = dist.get_world_size()
     if q.shape[1] % p != 0:
         raise ValueError(f"头数 h={q.shape[1]} 不能被进程数 p={p} 整除：Ulysses 按头分给各进程")
