@@ -23,7 +23,7 @@ def tiny(**kw):
 
 ALL_OPTIONS = list(
     itertools.product(
-        ("learned", "sinusoidal", "rope", "none"),  # positional
+        ("learned", "sinusoidal", "rope", "alibi", "none"),  # positional
         ("layer", "rms"),  # norm
         (True, False),  # norm_first
         ("relu", "gelu", "swiglu"),  # activation
@@ -138,7 +138,7 @@ def test_fast_path_equals_explicit_path():
     assert model.attention_weights() == [None, None]
 
 
-@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rope"])
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rope", "alibi"])
 def test_explicit_positions_and_left_padding(positional):
     """左侧填充 + 每行自己的位置编号 + 填充掩码 = 各行单独跑（服务端批处理依赖这一点）。"""
     torch.manual_seed(8)
@@ -248,7 +248,7 @@ def test_context_overflow_with_cache():
     [
         (dict(d_model=30), ValueError, "n_heads"),
         (dict(n_kv_heads=3), ValueError, "n_kv_heads"),
-        (dict(positional="alibi"), ValueError, "positional"),
+        (dict(positional="xpos"), ValueError, "positional"),
         (dict(norm="batch"), ValueError, "norm"),
         (dict(activation="tanh"), ValueError, "activation"),
         (dict(dropout=1.0), ValueError, "dropout"),

@@ -1,5 +1,6 @@
 """语言模型的训练：打包、学习率调度、损失下降、检查点的原子写入与逐位精确续训、质量度量函数。"""
 
+import itertools
 import math
 import random
 
@@ -232,3 +233,19 @@ def test_evaluate_poem_model_refuses_an_unknown_split():
 
     with pytest.raises(ValueError, match="split 应是 'valid' 或 'test'.*收到 'foo'"):
         evaluate_poem_model(tiny_model(), None, {"valid": None, "test": None}, split="foo")
+
+
+def test_stream_blocks_cut_one_stream_without_padding():
+    from tformer_lib.lm.data import stream_blocks
+
+    docs = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]  # 13 个词元
+    blocks = stream_blocks(docs, 4, seed=None)
+    assert blocks.tolist() == [[1, 5, 6, 2], [1, 7, 2, 1], [8, 9, 10, 11]]  # 文档跨块，末尾 1 个词元丢掉
+    shuffled = stream_blocks(docs, 4, seed=1)
+    orders = [[docs[i] for i in order] for order in itertools.permutations(range(3))]
+    assert shuffled.flatten().tolist() in [sum(o, [])[:12] for o in orders]  # 打乱的是文档的次序，不是词元
+    assert torch.equal(stream_blocks(docs, 4, seed=1), shuffled)  # 同一种子同样的块
+    with pytest.raises(ValueError, match="不够一块"):
+        stream_blocks(docs, 14)
+    with pytest.raises(ValueError, match="block_len"):
+        stream_blocks(docs, 0)

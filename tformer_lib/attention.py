@@ -30,7 +30,7 @@ from ._checks import (
 )
 from .kv_cache import AttentionCache
 from .masks import causal_mask
-from .positional import RopeTables
+from .positional import RopeTables, alibi_bias
 from .rope_scaling import RopeScaling
 
 
@@ -40,6 +40,8 @@ def scaled_dot_product_attention(
     v: torch.Tensor,
     mask: torch.Tensor | None = None,
     dropout: nn.Module | None = None,
+    *,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""显式路径的注意力 :math:`\mathrm{softmax}(QK^\top/\sqrt{d_k})V`，返回 ``(output, weights)``。
 
@@ -48,11 +50,14 @@ def scaled_dot_product_attention(
     被屏蔽的分数填 ``torch.finfo(dtype).min``；softmax 之后再把被屏蔽的权重置为 0，
     因此被屏蔽处的权重恰好为 0，整行都被屏蔽时输出全 0 而不是 NaN。
     返回的 ``weights`` 是 dropout 之前的权重。
+    ``bias``：加在分数上的浮点偏置（如 ALiBi 的 ``-m·|i-j|``，第 16 章），能广播到分数形状；在掩码之前加。
     """
     attention_inputs(q, k, v)
     d_k = q.shape[-1]
     # 计算 Q K^T / sqrt(d_k)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)  # (..., T_q, T_k)
     if mask is not None:
         bool_mask("mask", mask, scores.shape)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -86,19 +91,29 @@ def _torch_sdpa(q, k, v, **kwargs) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
-def _sdpa(q, k, v, mask, dropout_p: float = 0.0, causal: bool = False, gqa: bool = False) -> torch.Tensor:
+def _sdpa(q, k, v, mask, dropout_p: float = 0.0, causal: bool = False, gqa: bool = False,
+          bias: torch.Tensor | None = None) -> torch.Tensor:
     """快速路径本身（不做参数检查，调用者已查过）：布尔掩码换成加性掩码，整行被屏蔽的输出置 0。
 
     ``causal=True``（这时 ``mask`` 为 None）交给 SDPA 的 ``is_causal``，不必造掩码——与等价的加性掩码前向、
     反向都逐位相同（CPU 上测试核对）。``gqa=True``：``k``/``v`` 的头少于 ``q``（GQA），交给 SDPA 的 ``enable_gqa``，
     每组查询头直接读共用的 K/V 头、不复制；前向与先复制 K/V 逐位相同，反向里同组各头的梯度求和的次序不同，
     只在舍入误差内相同（CPU 上测试核对）。
+    ``bias``：加在分数上的浮点偏置（ALiBi）；这时因果掩码要自己造，与偏置合成一个加性掩码。
     """
     gqa = {"enable_gqa": True} if gqa else {}
-    if mask is None:
+    if bias is not None:
+        if causal:
+            mask = causal_mask(q.shape[-2], device=q.device)  # (T, T)
+        if mask is None:
+            return _torch_sdpa(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p, **gqa)
+    elif mask is None:
         return _torch_sdpa(q, k, v, dropout_p=dropout_p, is_causal=causal, **gqa)
-    additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
-    additive = additive.masked_fill(~mask, torch.finfo(q.dtype).min)
+    fill = torch.tensor(torch.finfo(q.dtype).min, dtype=q.dtype, device=q.device)
+    if bias is None:
+        additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, fill)
+    else:
+        additive = torch.where(mask, bias.to(q.dtype), fill)  # 被屏蔽处恰为 finfo.min，其余是偏置
     out = _torch_sdpa(q, k, v, attn_mask=additive, dropout_p=dropout_p, **gqa)
     any_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)：这一行是否至少能看见一个键
     return out.masked_fill(~any_key, 0.0)  # (..., T_q, d_v)
@@ -138,6 +153,10 @@ class MultiHeadAttention(nn.Module):
       第 i 个查询头用第 ``i // (n_heads / n_kv_heads)`` 个 K/V 头。
     - 旋转位置编码（RoPE）：``rope=True`` 时在打分前用 :func:`~tformer_lib.positional.apply_rope` 旋转每个头的
       q 与 k（只用于自注意力）；位置默认从缓存长度接着数，也可由 ``positions`` 给出。
+    - ALiBi（attention with linear biases，第 16 章）：``alibi=True`` 时第 h 个头给每个分数加上
+      ``-m_h·(i-j)``（:func:`~tformer_lib.positional.alibi_bias`），不旋转、不加位置向量。距离按序列里的槽位数：
+      查询是键里的最后 T_q 个（左填充与打包都不改变同一行里两个真实词元的距离）。只用于自注意力，
+      缓存只能是普通的 :class:`~tformer_lib.AttentionCache`（静态缓存与分页缓存的槽位不按序排列，拒绝）。
 
     偏置：论文与 GPT-2 的四个投影都带偏置（默认）；``qkv_bias=False`` 去掉 W^Q、W^K、W^V 的偏置，
     ``out_bias=False`` 去掉 W^O 的偏置（LLaMA 两个都没有，Qwen2 只有 q/k/v 的偏置）。
@@ -156,6 +175,7 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool = True,
         out_bias: bool = True,
         rope_scaling: RopeScaling | None = None,
+        alibi: bool = False,
     ):
         super().__init__()
         positive_int("d_model", d_model)
@@ -179,6 +199,9 @@ class MultiHeadAttention(nn.Module):
         if rope_scaling is not None and not rope:
             raise ValueError("rope_scaling 只在 rope=True 时起作用，收到 rope=False")
         self.rope_scaling = rope_scaling  # 第 16 章：PI / NTK / YaRN；None = 原始 RoPE
+        self.alibi = flag("alibi", alibi)
+        if alibi and rope:
+            raise ValueError("alibi=True 与 rope=True 只能选一个：两者都是给注意力的位置信息")
         self.w_q = nn.Linear(d_model, d_model, bias=qkv_bias)
         self.w_k = nn.Linear(d_model, n_kv_heads * self.d_k, bias=qkv_bias)  # GQA 时比 d_model 窄
         self.w_v = nn.Linear(d_model, n_kv_heads * self.d_k, bias=qkv_bias)
@@ -217,6 +240,15 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"positions 的形状应为 ({length},) 或 ({batch}, {length})，"
                              f"收到 {tuple(getattr(positions, 'shape', ())) or type(positions).__name__}")
         return RopeTables(positions, self.d_k, self.rope_base, self.rope_scaling)
+
+    def _alibi(self, query: torch.Tensor, key: torch.Tensor, cache, t_k: int) -> torch.Tensor:
+        """这一步的 ALiBi 偏置 ``(h, T_q, T_k)``，与 query 同 dtype；先拒绝它算不对的情形。"""
+        if key.shape[1] != query.shape[1]:
+            raise ValueError(f"ALiBi 只用于自注意力：query 长度 {query.shape[1]} 与 key 长度 {key.shape[1]} 不同")
+        if cache is not None and type(cache) is not AttentionCache:
+            raise ValueError(f"ALiBi 按槽位数距离，只支持普通的 AttentionCache，收到 {type(cache).__name__}"
+                             "（静态缓存与分页缓存里键的槽位不是按序排列的）")
+        return alibi_bias(self.n_heads, query.shape[1], t_k, device=query.device).to(query.dtype)  # (h, T_q, T_k)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, h, T, d_k)`` → ``(B, T, d_model)``：split_heads 的逆操作（即“拼接各头”）。"""
@@ -277,6 +309,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"causal=True 要求查询与键一样长（没有已缓存的键），收到 T_q={query.shape[1]}、T_k={t_k}")
         if mask is not None:
             bool_mask("mask", mask, (query.shape[0], self.n_heads, query.shape[1], t_k))  # 分数的形状 (B, h, T_q, T_k)
+        bias = self._alibi(query, key, cache, t_k) if self.alibi else None  # (h, T_q, T_k) 或 None
         # 1) 线性投影 Q = X W^Q 等，并拆成多个头（K、V 只有 n_kv_heads 个头）
         q = self.split_heads(self.w_q(query))  # (B, h, T_q, d_k)
         if cache is not None and cache.static and cache.k is not None:
@@ -302,12 +335,12 @@ class MultiHeadAttention(nn.Module):
         # 2) 每个头各自做一次缩放点积注意力
         if self.fast:
             dropout_p = self.dropout.p if self.training else 0.0
-            out = _sdpa(q, k, v, mask, dropout_p, causal, gqa=k.shape[1] != q.shape[1])  # (B, h, T_q, d_k)
+            out = _sdpa(q, k, v, mask, dropout_p, causal, gqa=k.shape[1] != q.shape[1], bias=bias)  # (B, h, T_q, d_k)
             self.attn_weights = None
         else:
             if causal:
                 mask = causal_mask(q.shape[2], device=q.device)  # (T, T)
-            out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)  # (B, h, T_q, d_k)
+            out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias=bias)  # (B, h, T_q, d_k)
             self.attn_weights = weights.detach()  # (B, h, T_q, T_k)
         # 3) 拼接各头，再用 W^O 做一次线性变换
         return self.w_o(self.merge_heads(out))  # (B, T_q, d_model)

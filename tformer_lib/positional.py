@@ -228,15 +228,17 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.tensor(slopes)
 
 
-def alibi_bias(n_heads: int, t_q: int, t_k: int) -> torch.Tensor:
-    """ALiBi 偏置 ``(h, T_q, T_k)``：第 h 个头给查询 i 与键 j 的分数加上 ``-m_h · |i - j|``。
+def alibi_bias(n_heads: int, t_q: int, t_k: int, device=None) -> torch.Tensor:
+    """ALiBi 偏置 ``(h, T_q, T_k)``（float32）：第 h 个头给查询 i 与键 j 的分数加上 ``-m_h · |i - j|``。
 
-    距离越远扣分越多；与因果掩码一起用时即论文的单向形式。
+    距离越远扣分越多；与因果掩码一起用时即论文的单向形式。查询与键右对齐：``T_q`` 个查询是 ``T_k`` 个键里的
+    最后 ``T_q`` 个（增量解码时最后一个查询对应最后一个键）。``device``：偏置放在哪个设备上（默认 CPU）。
     """
     positive_int("t_q", t_q)
     positive_int("t_k", t_k)
-    # 查询与键右对齐：增量解码时最后一个查询对应最后一个键。
-    q_pos = torch.arange(t_k - t_q, t_k)[:, None]  # (T_q, 1)
-    k_pos = torch.arange(t_k)[None, :]  # (1, T_k)
+    if t_q > t_k:
+        raise ValueError(f"t_q={t_q} 个查询多于 t_k={t_k} 个键：查询应是键里的最后 t_q 个")
+    q_pos = torch.arange(t_k - t_q, t_k, device=device)[:, None]  # (T_q, 1)
+    k_pos = torch.arange(t_k, device=device)[None, :]  # (1, T_k)
     distance = (q_pos - k_pos).abs().to(torch.float32)  # (T_q, T_k)
-    return -alibi_slopes(n_heads)[:, None, None] * distance  # (h, T_q, T_k)
+    return -alibi_slopes(n_heads).to(device)[:, None, None] * distance  # (h, T_q, T_k)

@@ -64,6 +64,9 @@ class StaticKVCache:
         config = getattr(model, "config", None)
         if config is None or not hasattr(model, "blocks"):
             raise TypeError(f"model 应是 DecoderOnlyLM，收到 {type(model).__name__}")
+        if config.positional == "alibi":
+            raise ValueError("静态缓存不支持 positional='alibi'：ALiBi 按槽位数距离，这里的槽位是预分配的；"
+                             "请用 tformer_lib.lm.generate（普通的 K/V 缓存）")
         positive_int("batch", batch)
         max_len = config.max_len if max_len is None else positive_int("max_len", max_len)
         if max_len > config.max_len:

@@ -11,7 +11,7 @@ from .config import LMConfig
 from .model import DecoderOnlyBlock, DecoderOnlyLM, make_lm
 from .generate import filter_top_k, filter_top_p, generate, greedy_tokens, next_token_distribution
 from .reference import TorchEncoderLM, torch_twin
-from .data import FORM_CODES, loss_targets, pack_documents, pad_documents, poem_document, poem_prompt
+from .data import FORM_CODES, loss_targets, pack_documents, pad_documents, poem_document, poem_prompt, stream_blocks
 from .quality import (
     BigramLM,
     evaluate_poem_model,

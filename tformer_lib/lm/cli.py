@@ -53,7 +53,7 @@ def register_lm_commands(sub) -> None:
     t.add_argument("--device", default="cpu", help="在哪个设备上训练，如 cpu、cuda、cuda:1（默认 cpu）")
     for flag, key in (("--d-model", "d_model"), ("--n-layers", "n_layers"), ("--n-heads", "n_heads"), ("--d-ff", "d_ff")):
         t.add_argument(flag, type=int, default=None, help=f"模型大小：替换配方里的 {key}（默认 {POEM_MODEL[key]}）")
-    for flag, choices in (("--positional", ["learned", "sinusoidal", "rope", "none"]), ("--norm", ["layer", "rms"]),
+    for flag, choices in (("--positional", ["learned", "sinusoidal", "rope", "alibi", "none"]), ("--norm", ["layer", "rms"]),
                           ("--activation", ["relu", "gelu", "swiglu"])):
         t.add_argument(flag, choices=choices, default=None, help="替换配方里的这一项")
     t.add_argument("--n-kv-heads", type=int, default=None, help="K/V 头数（GQA；1 = MQA）")

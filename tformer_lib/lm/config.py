@@ -8,7 +8,7 @@ from ..norms import NORM_KINDS
 from ..rope_scaling import RopeScaling, rope_frequencies
 from ..specials import PAD
 
-POSITIONAL_KINDS = ("learned", "sinusoidal", "rope", "none")
+POSITIONAL_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
 
 
@@ -27,7 +27,7 @@ class LMConfig:
     n_layers: int = 4  # 块数 N
     d_ff: int = 512  # 前馈网络隐藏层维度（SwiGLU 时是每个分支的维度）
     max_len: int = 128  # 上下文长度（context length）：一次最多看多少个词元
-    positional: str = "learned"  # "learned" | "sinusoidal" | "rope" | "none"
+    positional: str = "learned"  # "learned" | "sinusoidal" | "rope" | "alibi"（第 16 章）| "none"
     norm: str = "layer"  # "layer" = LayerNorm | "rms" = RMSNorm
     norm_first: bool = True  # True = pre-LN（默认）；False = post-LN（论文）
     activation: str = "gelu"  # "relu" | "gelu"（精确）| "gelu_tanh"（tanh 近似，GPT-2）| "swiglu"

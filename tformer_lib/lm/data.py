@@ -19,13 +19,14 @@ from collections.abc import Sequence
 
 import torch
 
+from .._checks import positive_int
 from ..data.poems import Poem, load_poems
 from ..specials import BOS, EOS, PAD
 from ..text import CharTokenizer
 
 __all__ = [
     "FORM_CODES", "MAX_TITLE", "poem_document", "poem_prompt", "split_documents", "build_poem_tokenizer",
-    "pack_documents", "encode_documents",
+    "pack_documents", "stream_blocks", "encode_documents",
 ]
 
 #: 体裁 → 文档开头的两个字
@@ -100,6 +101,23 @@ def pack_documents(docs: Sequence[Sequence[int]], block_len: int, seed: int | No
         home += doc
     done += current
     return torch.tensor([b + [PAD] * (block_len - len(b)) for b in done], dtype=torch.long)  # (N, block_len)
+
+
+def stream_blocks(docs: Sequence[Sequence[int]], block_len: int, seed: int | None = 0) -> torch.Tensor:
+    """把文档首尾相接成一条词元流，切成互不重叠的 ``(N, block_len)`` 块（GPT 式；文档可以跨块，末尾不满一块的丢掉）。
+
+    与 :func:`pack_documents` 不同，块里没有 PAD，文档也可以比 ``block_len`` 长——第 16 章在比训练长度长几倍的
+    窗口上量困惑度时用它。``seed`` 给出时先打乱文档顺序。
+    """
+    positive_int("block_len", block_len)
+    order = list(range(len(docs)))
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    stream = [t for i in order for t in docs[i]]
+    n = len(stream) // block_len
+    if n == 0:
+        raise ValueError(f"文档共 {len(stream)} 个词元，不够一块 block_len={block_len}")
+    return torch.tensor(stream[: n * block_len], dtype=torch.long).view(n, block_len)  # (N, block_len)
 
 
 def pad_documents(docs: Sequence[Sequence[int]], length: int | None = None) -> torch.Tensor:

@@ -44,7 +44,7 @@ class DecoderOnlyBlock(nn.Module):
         self.self_attn = MultiHeadAttention(
             c.d_model, c.n_heads, c.dropout, fast=c.fast_attention, n_kv_heads=c.n_kv_heads,
             rope=c.positional == "rope", rope_base=c.rope_base, qkv_bias=c.qkv_bias, out_bias=c.out_bias,
-            rope_scaling=c.rope_scaling,
+            rope_scaling=c.rope_scaling, alibi=c.positional == "alibi",
         )
         self.feed_forward = feed_forward_for(c)  # 稠密 FFN；moe_experts > 0 时是混合专家（第 16 章）
         self.residual_attn = ResidualNorm(c.d_model, c.dropout, c.norm_first, c.norm, eps=c.norm_eps)
@@ -184,7 +184,7 @@ class DecoderOnlyLM(nn.Module):
         return self.lm_head(self.norm(x))  # (B, T, V)
 
     def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """词嵌入 + 绝对位置（learned / sinusoidal；RoPE 与 none 在这里不加位置）再过 dropout：``(B, T)`` → ``(B, T, d_model)``。
+        """词嵌入 + 绝对位置（learned / sinusoidal；RoPE、ALiBi 与 none 在这里不加位置）再过 dropout：``(B, T)`` → ``(B, T, d_model)``。
 
         不做参数检查（:meth:`forward` 已查过）；第 14 章的静态缓存解码步（:mod:`tformer_lib.inference`）也调用它。
         """

@@ -84,6 +84,9 @@ class Engine:
                  eos_id: int | None = None, suppress_ids: Sequence[int] = (PAD, BOS), min_prefill: int = 1,
                  adapters=None, decode_step: str = "eager"):
         check_model("model", model)
+        if getattr(model.config, "positional", None) == "alibi":
+            raise ValueError("Engine 不支持 positional='alibi'：分页缓存里键的槽位不按序排列，ALiBi 的距离算不对；"
+                             "请用 tformer_lib.lm.generate")
         if adapters is not None:  # 只用它的 index/route/model（不 import 第四部分的 finetune：层次只向下）
             if not all(hasattr(adapters, a) for a in ("index", "route", "model")):
                 raise TypeError("adapters 应是装在这个 model 上的 AdapterSet（AdapterSet(model, {名字: 适配器})），"
