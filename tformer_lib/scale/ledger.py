@@ -1,4 +1,4 @@
-r"""真实规模的账本（ledger）：第 9–13 章在随书小模型上逐字节核对过的公式，原样用到 7B–70B 的真实模型上。
+r"""真实规模的账本（ledger）：第 9–13 章与第 16 章在随书小模型上逐字节核对过的公式，原样用到 7B–70B 的真实模型上。
 
 这里不推导新公式，每一行都调用各章自己的函数（模型用 :data:`~tformer_lib.lm.PRESETS` 的配置在 meta 设备上搭）：
 
@@ -11,11 +11,15 @@ r"""真实规模的账本（ledger）：第 9–13 章在随书小模型上逐�
 12     :func:`~tformer_lib.parallel.zero.zero_bytes_per_rank`、:func:`~tformer_lib.parallel.layout.layout_parameters_per_rank`、
        :mod:`~tformer_lib.parallel.comm` 的载荷公式、:func:`~tformer_lib.parallel.pipeline.bubble_fraction`
 13     :func:`~tformer_lib.serving.roofline.decode_cost`、:func:`~tformer_lib.serving.roofline.attainable_flops`
+16     :func:`~tformer_lib.memory.lm_activation_bytes`（在每卡的本地长度上）、
+       :func:`~tformer_lib.parallel.ring_attention.ring_attention_payload`、
+       :func:`~tformer_lib.parallel.ring_attention.ring_attention_saved_bytes`、:func:`~tformer_lib.parallel.ulysses.ulysses_payload`
 =====  ==========================================================================================
 
 每个函数接收预设名（``"llama-2-7b"``）、``"poem"``（随书的唐诗模型，配置与训练词元数读自随书检查点）或一个
 :class:`~tformer_lib.lm.LMConfig`，返回一行（普通字典：字节数以 ``_bytes`` 结尾，FLOPs 以 ``_flops`` 结尾）。
-上下文长度超过模型的 ``max_len`` 时按 ``max_len`` 算，并记在行里的 ``context`` 上。
+第 9–13 章：上下文长度超过模型的 ``max_len`` 时按 ``max_len`` 算，并记在行里的 ``context`` 上。第 16 章不截断——
+长上下文训练正是要把模型推到它原来的训练长度之外——按所给的长度算，行里另记 ``max_len`` 与 ``beyond_max_len``。
 """
 
 from __future__ import annotations
@@ -23,22 +27,30 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-from .._checks import positive_int
+from .._checks import one_of, positive_int, positive_ints
 from ..lm.cache import lm_kv_cache_bytes_per_token
 from ..lm.config import LMConfig
 from ..lm.meta import parameter_breakdown
 from ..lm.presets import PRESETS, PUBLISHED_TRAINING_TOKENS
-from ..memory import KORTHIKANTI_RECOMPUTE, korthikanti_activation_bytes, model_state_bytes, training_memory
+from ..memory import (
+    KORTHIKANTI_RECOMPUTE,
+    korthikanti_activation_bytes,
+    lm_activation_bytes,
+    model_state_bytes,
+    training_memory,
+)
 from ..parallel.comm import data_parallel_payload, pipeline_payload, ring_all_reduce_bytes, tensor_parallel_payload
 from ..parallel.layout import layout_parameters_per_rank
 from ..parallel.pipeline import bubble_fraction, split_points
+from ..parallel.ring_attention import LAYOUTS, ring_attention_payload, ring_attention_saved_bytes
+from ..parallel.ulysses import ulysses_payload
 from ..parallel.zero import ZERO_STAGES, zero_bytes_per_rank
 from ..profiling import lm_training_flops
 from ..serving.roofline import attainable_flops, decode_cost
 from .accelerators import ACCELERATORS, GB
 
 __all__ = ["CHINCHILLA_TOKENS_PER_PARAMETER", "training_compute_flops", "chinchilla_tokens", "resolve_model",
-           "compute_row", "parameter_row", "memory_row", "parallel_rows", "serving_row"]
+           "compute_row", "parameter_row", "memory_row", "parallel_rows", "serving_row", "context_parallel_rows"]
 
 #: Hoffmann et al.（2022，Chinchilla）：算力最优时每个参数约 20 个训练词元
 CHINCHILLA_TOKENS_PER_PARAMETER = 20
@@ -234,3 +246,111 @@ def serving_row(model: str | LMConfig, context: int = 4096, memory_bytes: int = 
         fits = weights + row["kv_fp16_session_bytes"] <= spec["memory_bytes"]
         row[f"decode_ms_{acc}"] = 1e3 * seconds if fits else None
     return row
+
+
+#: :func:`context_parallel_rows` 里随切分是否可行而为 None 的数值列
+_CP_RING = ("ring_saved_bytes", "ring_buffers_bytes", "ring_scores_block_bytes", "ring_sent_per_layer_bytes")
+_CP_ULYSSES = ("ulysses_sent_per_layer_bytes", "ulysses_scores_bytes")
+_CP_LOCAL = ("tokens_per_gpu", "activations_bytes", "activations_checkpointed_bytes", *_CP_RING, *_CP_ULYSSES,
+             "model_states_bytes", "model_states_zero3_bytes", "fits", "fits_checkpointed")
+
+
+def context_parallel_rows(model: str | LMConfig, context: int = 131072, cp_sizes=(1, 2, 4, 8), micro_batch: int = 1,
+                          layout: str = "zigzag", memory_bytes: int = 80 * GB) -> list[dict]:
+    r"""第 16 章：``context`` 长的序列切给 cp 张卡做上下文并行（context parallelism, CP），每个 cp（``cp_sizes``）一行，
+    数的都是 **每张卡** 的量（bf16 激活，每个元素 2 字节；微批 ``micro_batch`` 条序列）。
+
+    * ``tokens_per_gpu`` = context / cp；``activations_bytes``、``activations_checkpointed_bytes``：本书的激活公式
+      :func:`~tformer_lib.memory.lm_activation_bytes` 在本地长度 T/cp 上的值（快速注意力路径，不重算与重算各一份，
+      重算时另加重算一块的峰值，同 :func:`memory_row`）。快速路径只存 q、k、v、输出、拼接与每行的 logsumexp，
+      **没有** :math:`(B, h, T, T)` 的项，所以激活与 T 成正比：cp 张卡每张正好是 1/cp（只差损失里一个 4 字节的标量）。
+      每张卡上除注意力以外的张量本来就只涉及自己的词元；注意力由环形注意力或 Ulysses 接手，存的同样只是本地那片。
+    * 环形注意力（:mod:`~tformer_lib.parallel.ring_attention`，按 ``layout`` 切序列）：``ring_saved_bytes`` 是各层的
+      ``RingAttention`` 为反向存下的 q、k、v、输出与 logsumexp（:func:`~tformer_lib.parallel.ring_attention.ring_attention_saved_bytes`
+      × 层数；它取代激活列里快速路径存的 q、k、v、输出与 logsumexp，不另加——MHA 时比那份略小（logsumexp 存成 bf16），
+      GQA 时更大（K/V 复制到 h 个头，见下），激活列按快速路径算，不含这点差别）；``ring_buffers_bytes`` 是它 **多出来** 的：
+      反向时一层同时在手的 K、V、dK、dV 四块加上 ``_pass_to_next`` 为它们开的四个接收缓冲，共 8 块
+      :math:`B\,h\,(T/cp)\,d_k` ——一次只有一层在跑，不乘层数，前向只有其一半；``ring_sent_per_layer_bytes``：每层每步
+      （一次前向 + 一次反向）每张卡发出的字节，即 :func:`~tformer_lib.parallel.ring_attention.ring_attention_payload`
+      的两项之和（打开激活重算时前向再算一遍，前向那份再传一次，这里不加）。
+    * Ulysses（:mod:`~tformer_lib.parallel.ulysses`，按顺序切）：``ulysses_sent_per_layer_bytes`` 是每层每步交给
+      all-to-all 的字节（:func:`~tformer_lib.parallel.ulysses.ulysses_payload` 前向、反向之和，含留给自己的 1/cp）。
+      它按头分给各卡，cp 须整除头数 h；不能整除时这两列记 None、原因记在 ``note`` 里。
+    * 本书的两种实现都要求 q、k、v 头数相同：GQA 的模型先把 K/V 头复制到 h 个，上面的字节都按 h 个头算
+      （只传 h_kv 个头的实现，环上的字节按 h_kv/h 缩小）。它们每个进程内的注意力是显式的：环形注意力每一步
+      算出一块 ``(B, h, T/cp, T/cp)`` 的分数（``ring_scores_block_bytes``，一块，临时），Ulysses 在整条序列上
+      算 ``(B, h/cp, T, T)``（``ulysses_scores_bytes``，一份）。真实系统在这里用融合内核（FlashAttention），
+      这两项就没有了；``fits`` 按融合内核算，不计它们。
+    * 模型状态不属于上下文并行：CP 的每张卡都持有整份权重。``model_states_bytes`` 是混合精度 + AdamW 的整份
+      （16 字节/参数）；``model_states_zero3_bytes`` 是把它们用 ZeRO-3 分到这 cp 张卡上的每卡份额 16N/cp
+      （:func:`~tformer_lib.parallel.zero.zero_bytes_per_rank`；取回一层参数的临时量不计）。
+      ``fits`` / ``fits_checkpointed``：激活（不重算 / 重算）+ ``ring_buffers_bytes`` + ``model_states_zero3_bytes``
+      ≤ ``memory_bytes``。
+
+    长度按所给的 ``context`` 算，**不** 截断到模型的 ``max_len``：``beyond_max_len`` 为真时，模型本身跑不了这么长
+    （:class:`~tformer_lib.lm.DecoderOnlyLM` 拒绝超过 ``max_len`` 的输入），要先放大 ``max_len``——RoPE 的模型配上
+    RoPE 缩放（``rope_scaling``）并继续训练；可学习位置嵌入的模型没有更多的位置——``note`` 里写明。字节只依赖长度，
+    与 ``max_len`` 无关。切不开的情形也记在 ``note`` 里，不抛错：context 不能被 cp 整除时这一行的数都是 None；
+    能被 cp 但不能被 ``layout`` 要的块数（之字形 2·cp）整除时，环形注意力的四列是 None（``fits`` 不计它的缓冲）。
+    ALiBi 的模型不收：它每层的偏置是 ``(h, T, T)``，本书的激活公式不含这一项。
+    """
+    name, c = resolve_model(model)
+    positive_int("context", context)
+    sizes = positive_ints("cp_sizes", cp_sizes)
+    positive_int("micro_batch", micro_batch)
+    one_of("layout", layout, LAYOUTS)
+    positive_int("memory_bytes", memory_bytes)
+    if c.positional == "alibi":
+        raise ValueError(f"{name} 用 ALiBi：每层的 (h, T, T) 偏置不在 lm_activation_bytes 的公式里，第 16 章的账本不收")
+    fast = dataclasses.replace(c, fast_attention=True)
+    n = _params(c)["total"]
+    e, B, h, d = 2, micro_batch, c.n_heads, c.d_k
+    model_notes = []
+    if context > c.max_len:
+        if c.positional == "learned":
+            model_notes.append(f"可学习位置嵌入只有 max_len={c.max_len} 个位置：这个模型跑不了 {context} 长的输入，"
+                               f"这一行只是公式外推")
+        else:
+            fix = "、配上 RoPE 缩放（rope_scaling）" if c.positional == "rope" else ""
+            model_notes.append(f"context={context} 超过训练长度 max_len={c.max_len}：要先放大 max_len{fix}并继续训练")
+    rows = []
+    for cp in sizes:
+        row = {"name": name, "context": context, "max_len": c.max_len, "beyond_max_len": context > c.max_len,
+               "cp": cp, "layout": layout, "micro_batch": micro_batch}
+        notes = list(model_notes)
+        if context % cp:
+            notes.append(f"context={context} 不能被 cp={cp} 整除：序列切不开")
+            rows.append({**row, **dict.fromkeys(_CP_LOCAL), "note": "；".join(notes)})
+            continue
+        local = context // cp
+        plain = lm_activation_bytes(fast, B, local, e)
+        ckpt = lm_activation_bytes(fast, B, local, e, checkpointing=True)
+        row.update({"tokens_per_gpu": local, "activations_bytes": plain["total"],
+                    "activations_checkpointed_bytes": ckpt["total"] + ckpt["recompute_peak"]})
+        pieces = cp if layout == "contiguous" else 2 * cp
+        if context % pieces:
+            notes.append(f"layout={layout!r} 要把序列切成 {pieces} 块，context={context} 不能被它整除：环形注意力切不开")
+            row.update(dict.fromkeys(_CP_RING))
+        else:
+            block = B * h * local * d * e  # 环上传的一块 K（或 V、dK、dV）
+            sent = ring_attention_payload(B, h, local, d, cp, e)
+            row.update({"ring_saved_bytes": c.n_layers * ring_attention_saved_bytes(B, h, local, d, e),
+                        "ring_buffers_bytes": 8 * block if cp > 1 else 0,
+                        "ring_scores_block_bytes": B * h * local * local * e,
+                        "ring_sent_per_layer_bytes": sent["forward"] + sent["backward"]})
+        if h % cp:
+            notes.append(f"头数 h={h} 不能被 cp={cp} 整除：Ulysses 按头分给各卡，分不开")
+            row.update(dict.fromkeys(_CP_ULYSSES))
+        else:
+            a2a = ulysses_payload(B, h, local, d, e)
+            row.update({"ulysses_sent_per_layer_bytes": a2a["forward"] + a2a["backward"] if cp > 1 else 0,
+                        "ulysses_scores_bytes": B * (h // cp) * context * context * e})
+        states = model_state_bytes(n, "mixed")["total"]
+        zero3 = zero_bytes_per_rank(n, cp, 3, **_MIXED)["total"]
+        transient = row["ring_buffers_bytes"] or 0
+        row.update({"model_states_bytes": states, "model_states_zero3_bytes": zero3,
+                    "fits": row["activations_bytes"] + transient + zero3 <= memory_bytes,
+                    "fits_checkpointed": row["activations_checkpointed_bytes"] + transient + zero3 <= memory_bytes,
+                    "note": "；".join(notes)})
+        rows.append(row)
+    return rows

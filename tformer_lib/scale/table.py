@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from ..lm.presets import PRESETS
 from .accelerators import GB
-from .ledger import compute_row, memory_row, parallel_rows, parameter_row, serving_row
+from .ledger import compute_row, context_parallel_rows, memory_row, parallel_rows, parameter_row, serving_row
 
 __all__ = ["LEDGER_CHAPTERS", "DEFAULT_MODELS", "ledger_table", "format_table"]
 
-#: 章号 → 这一章的行函数（第 12 章一个模型给出多行：每种布局一行）
-LEDGER_CHAPTERS = {9: compute_row, 10: parameter_row, 11: memory_row, 12: parallel_rows, 13: serving_row}
+#: 章号 → 这一章的行函数（第 12 章一个模型给出多行：每种布局一行；第 16 章每个上下文并行度一行）
+LEDGER_CHAPTERS = {9: compute_row, 10: parameter_row, 11: memory_row, 12: parallel_rows, 13: serving_row,
+                   16: context_parallel_rows}
 #: 默认的模型：随书的唐诗模型，加上全部预设
 DEFAULT_MODELS = ("poem", *PRESETS)
 
 
 def ledger_table(chapter: int, presets=DEFAULT_MODELS, **options) -> list[dict]:
-    """第 ``chapter`` 章（9–13）的账本：``presets`` 里每个模型（预设名、``"poem"`` 或 LMConfig）一行（第 12 章
-    每种并行布局一行）。``options`` 原样交给这一章的行函数（例如 ``context=4096``、``micro_batch=1``、
-    ``world_size=8``）。"""
+    """第 ``chapter`` 章（9–13 与 16）的账本：``presets`` 里每个模型（预设名、``"poem"`` 或 LMConfig）一行（第 12 章
+    每种并行布局一行，第 16 章每个上下文并行度 cp 一行）。``options`` 原样交给这一章的行函数（例如
+    ``context=4096``、``micro_batch=1``、``world_size=8``；第 16 章 ``cp_sizes=(1, 2, 4, 8)``）。"""
     if isinstance(chapter, bool) or chapter not in LEDGER_CHAPTERS:
         raise ValueError(f"chapter 应是 {sorted(LEDGER_CHAPTERS)} 之一，收到 {chapter!r}")
     if isinstance(presets, str):
