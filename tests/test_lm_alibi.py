@@ -104,3 +104,18 @@ def test_unsupported_combinations_are_refused_by_name():
     x, y = torch.randn(1, 3, 32), torch.randn(1, 5, 32)
     with pytest.raises(ValueError, match="ALiBi 只用于自注意力"):
         attn(x, y, y)
+    with pytest.raises(ValueError, match="ALiBi 只用于自注意力"):
+        attn(x, x.clone(), x.clone())  # 一样长也不行：交叉注意力没有“距离”
+    from tformer_lib import scaled_dot_product_attention
+    from tformer_lib.lm.reference import torch_twin
+    from tformer_lib.parallel.tensor_parallel import TensorParallelAttention
+
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="bias 应是浮点张量"):
+        scaled_dot_product_attention(q, q, q, bias=torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="应能广播到分数的形状"):
+        scaled_dot_product_attention(q, q, q, bias=torch.zeros(7, 1, 2, 3, 3))
+    with pytest.raises(ValueError, match="ALiBi"):
+        torch_twin(model)
+    with pytest.raises(ValueError, match="ALiBi"):
+        TensorParallelAttention(attn, 0, 1)

@@ -20,8 +20,9 @@ def _inputs():
 @pytest.mark.parametrize("scheme, layout", [("ring", "zigzag"), ("ring", "contiguous"), ("ulysses", "contiguous")])
 def test_gathered_results_equal_one_process(scheme, layout):
     q, k, v, d_out = _inputs()
+    q.requires_grad_(True)  # 调用者的张量要不要梯度都行：送进去的只是数值
     got = run_context_parallel(q, k, v, d_out, scheme=scheme, layout=layout, world_size=2)
-    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
     ref = F.scaled_dot_product_attention(*leaves, is_causal=True)
     ref.backward(d_out)
     torch.testing.assert_close(got["out"], ref.detach(), rtol=0, atol=1e-12)
@@ -49,3 +50,9 @@ def test_bad_arguments_are_refused_before_starting_processes():
         run_context_parallel(q, k, v, d_out[0])
     with pytest.raises(ValueError, match="seq_len"):
         run_context_parallel(q, k, v, d_out, world_size=3)
+    with pytest.raises(ValueError, match="dtype 应相同"):
+        run_context_parallel(q, k.float(), v, d_out)
+    with pytest.raises(ValueError, match="头"):
+        run_context_parallel(q, k, v, d_out, scheme="ulysses", layout="contiguous", world_size=4)
+    with pytest.raises(TypeError, match="causal"):
+        run_context_parallel(q, k, v, d_out, causal=1)

@@ -57,6 +57,14 @@ def scaled_dot_product_attention(
     # 计算 Q K^T / sqrt(d_k)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, T_k)
     if bias is not None:
+        if not isinstance(bias, torch.Tensor) or not bias.is_floating_point():
+            raise TypeError(f"bias 应是浮点张量，收到 {getattr(bias, 'dtype', type(bias).__name__)}")
+        try:
+            fits = torch.broadcast_shapes(bias.shape, scores.shape) == scores.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(f"bias 的形状 {tuple(bias.shape)} 应能广播到分数的形状 {tuple(scores.shape)}")
         scores = scores + bias.to(scores.dtype)  # (..., T_q, T_k)
     if mask is not None:
         bool_mask("mask", mask, scores.shape)
@@ -241,13 +249,14 @@ class MultiHeadAttention(nn.Module):
                              f"收到 {tuple(getattr(positions, 'shape', ())) or type(positions).__name__}")
         return RopeTables(positions, self.d_k, self.rope_base, self.rope_scaling)
 
-    def _alibi(self, query: torch.Tensor, key: torch.Tensor, cache, t_k: int) -> torch.Tensor:
+    def _alibi(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cache) -> torch.Tensor:
         """这一步的 ALiBi 偏置 ``(h, T_q, T_k)``，与 query 同 dtype；先拒绝它算不对的情形。"""
-        if key.shape[1] != query.shape[1]:
-            raise ValueError(f"ALiBi 只用于自注意力：query 长度 {query.shape[1]} 与 key 长度 {key.shape[1]} 不同")
+        if not (key is query and value is query):
+            raise ValueError("ALiBi 只用于自注意力：query、key、value 应是同一个张量")
         if cache is not None and type(cache) is not AttentionCache:
             raise ValueError(f"ALiBi 按槽位数距离，只支持普通的 AttentionCache，收到 {type(cache).__name__}"
                              "（静态缓存与分页缓存里键的槽位不是按序排列的）")
+        t_k = query.shape[1] if cache is None else cache.key_length(query.shape[1])
         return alibi_bias(self.n_heads, query.shape[1], t_k, device=query.device).to(query.dtype)  # (h, T_q, T_k)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -309,7 +318,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"causal=True 要求查询与键一样长（没有已缓存的键），收到 T_q={query.shape[1]}、T_k={t_k}")
         if mask is not None:
             bool_mask("mask", mask, (query.shape[0], self.n_heads, query.shape[1], t_k))  # 分数的形状 (B, h, T_q, T_k)
-        bias = self._alibi(query, key, cache, t_k) if self.alibi else None  # (h, T_q, T_k) 或 None
+        bias = self._alibi(query, key, value, cache) if self.alibi else None  # (h, T_q, T_k) 或 None
         # 1) 线性投影 Q = X W^Q 等，并拆成多个头（K、V 只有 n_kv_heads 个头）
         q = self.split_heads(self.w_q(query))  # (B, h, T_q, d_k)
         if cache is not None and cache.static and cache.k is not None:

@@ -113,11 +113,14 @@ def stream_blocks(docs: Sequence[Sequence[int]], block_len: int, seed: int | Non
     order = list(range(len(docs)))
     if seed is not None:
         random.Random(seed).shuffle(order)
-    stream = [t for i in order for t in docs[i]]
-    n = len(stream) // block_len
+    stream = torch.tensor([t for i in order for t in docs[i]])  # (词元总数,)
+    if stream.numel() and (stream.dtype != torch.long or int(stream.min()) < 0 or bool((stream == PAD).any())):
+        raise ValueError(f"docs 应是非负整数词元 id 的序列、不含 PAD（id {PAD}），收到 dtype={stream.dtype}、"
+                         f"最小值 {stream.min().item()}")
+    n = stream.numel() // block_len
     if n == 0:
-        raise ValueError(f"文档共 {len(stream)} 个词元，不够一块 block_len={block_len}")
-    return torch.tensor(stream[: n * block_len], dtype=torch.long).view(n, block_len)  # (N, block_len)
+        raise ValueError(f"文档共 {stream.numel()} 个词元，不够一块 block_len={block_len}")
+    return stream[: n * block_len].view(n, block_len)  # (N, block_len)
 
 
 def pad_documents(docs: Sequence[Sequence[int]], length: int | None = None) -> torch.Tensor:

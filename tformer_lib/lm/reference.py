@@ -21,10 +21,10 @@ class TorchEncoderLM(nn.Module):
         super().__init__()
         c = self.config = config
         all_biases = c.qkv_bias and c.out_bias and c.ffn_bias
-        if (c.norm != "layer" or c.activation not in ("relu", "gelu") or c.positional == "rope"
+        if (c.norm != "layer" or c.activation not in ("relu", "gelu") or c.positional in ("rope", "alibi")
                 or c.kv_heads != c.n_heads or not all_biases):
             raise ValueError(
-                "nn.TransformerEncoder 只能做 LayerNorm、ReLU/GELU、非 RoPE、n_kv_heads=n_heads、全部带偏置的配置，"
+                "nn.TransformerEncoder 只能做 LayerNorm、ReLU/GELU、非 RoPE 非 ALiBi、n_kv_heads=n_heads、全部带偏置的配置，"
                 f"收到 norm={c.norm!r}, activation={c.activation!r}, positional={c.positional!r}, n_kv_heads={c.n_kv_heads}, "
                 f"qkv_bias={c.qkv_bias}, out_bias={c.out_bias}, ffn_bias={c.ffn_bias}"
             )

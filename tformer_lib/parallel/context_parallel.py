@@ -50,12 +50,19 @@ def run_context_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_ou
     positive_int("world_size", world_size)
     if scheme == "ulysses" and layout != "contiguous":
         raise ValueError(f"Ulysses 按顺序切序列：layout 应是 'contiguous'，收到 {layout!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal 应是 bool，收到 {causal!r}")
     tensors = (q, k, v, d_out)
     for name, x in zip(("q", "k", "v", "d_out"), tensors):
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point():
-            raise ValueError(f"{name} 应是 4 维浮点张量 (B, h, T, d)，收到 {getattr(x, 'shape', type(x).__name__)}")
+        if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point() or x.numel() == 0:
+            raise ValueError(f"{name} 应是非空的 4 维浮点张量 (B, h, T, d)，收到 {getattr(x, 'shape', type(x).__name__)}")
     if len({tuple(x.shape) for x in tensors}) != 1:
         raise ValueError(f"q、k、v、d_out 的形状应相同，收到 {[tuple(x.shape) for x in tensors]}")
+    if len({x.dtype for x in tensors}) != 1:
+        raise ValueError(f"q、k、v、d_out 的 dtype 应相同，收到 {[str(x.dtype) for x in tensors]}")
+    if scheme == "ulysses" and q.shape[1] % world_size:
+        raise ValueError(f"Ulysses 把 h={q.shape[1]} 个头分给 world_size={world_size} 个进程：h 应能被整除")
+    tensors = tuple(x.detach() for x in tensors)  # 只送数值：各进程自己建叶子张量求梯度
     sequence_positions(q.shape[-2], world_size, layout)  # 现在就检查 T 能否按这种切法分给 world_size 个进程
     outs = launch(_worker, world_size, (tensors, scheme, layout, causal), timeout=timeout)
     positions = sequence_positions(q.shape[-2], world_size, layout)

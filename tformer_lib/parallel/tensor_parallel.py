@@ -162,8 +162,8 @@ class TensorParallelAttention(nn.Module):
         super().__init__()
         if not isinstance(attn, MultiHeadAttention):
             raise TypeError(f"attn 应是 MultiHeadAttention，收到 {type(attn).__name__}")
-        if attn.n_kv_heads != attn.n_heads or attn.rope:
-            raise ValueError("TensorParallelAttention 只演示普通多头注意力（n_kv_heads = n_heads、不用 RoPE）")
+        if attn.n_kv_heads != attn.n_heads or attn.rope or attn.alibi:
+            raise ValueError("TensorParallelAttention 只演示普通多头注意力（n_kv_heads = n_heads、不用 RoPE 或 ALiBi）")
         _chunk(attn.n_heads, "n_heads", rank, world_size)
         self.n_heads, self.d_k = attn.n_heads // world_size, attn.d_k
         self.w_q = column_shard(attn.w_q, rank, world_size, "d_model")  # 列切 = 连续的 h/p 个头
@@ -243,10 +243,10 @@ def torch_parallelize_attention(attn: MultiHeadAttention, world_size: int) -> Mu
 
     if not isinstance(attn, MultiHeadAttention):
         raise TypeError(f"attn 应是 MultiHeadAttention，收到 {type(attn).__name__}")
-    if attn.n_kv_heads != attn.n_heads or attn.rope or attn.fast or attn.dropout.p != 0:
+    if attn.n_kv_heads != attn.n_heads or attn.rope or attn.alibi or attn.fast or attn.dropout.p != 0:
         raise ValueError("torch_parallelize_attention 只支持显式路径的普通多头注意力（fast=False、n_kv_heads = n_heads、"
                          f"不用 RoPE、dropout=0），收到 fast={attn.fast}、n_kv_heads={attn.n_kv_heads}、"
-                         f"n_heads={attn.n_heads}、rope={attn.rope}、dropout={attn.dropout.p}")
+                         f"n_heads={attn.n_heads}、rope={attn.rope}、alibi={attn.alibi}、dropout={attn.dropout.p}")
     _chunk(attn.n_heads, "n_heads", 0, world_size)
     mesh = _mesh(attn, world_size)
     plan = {name: ColwiseParallel(use_local_output=False) for name in ("w_q", "w_k", "w_v")}  # 输出 Shard(-1)
