@@ -43,6 +43,7 @@ RESULTS = {
     "finetune": "python -m tformer_lib.finetune.measure --out tformer_lib/results/finetune.json",
     "scaling": "python -m tformer_lib.scale.scaling --out tformer_lib/results/scaling.json",
     "moe": "python -m tformer_lib.experiments.moe --out tformer_lib/results/moe.json",
+    "long_context": "python -m tformer_lib.experiments.long_context --out tformer_lib/results/long_context.json",
 }
 
 
