@@ -1,13 +1,19 @@
 """第 16 章（混合专家、环形注意力、RoPE 缩放）检查器的用例：参考答案（与 notebooks/solutions/16_solutions.ipynb 一致）和已知错误答案。
 
-参考答案都不调用被禁用的库函数；每题还有一个直接调用库里答案的 ``Wrong("library", …, key="library_call")``。
+参考答案都不调用被禁用的库函数；每题还有一个直接调用库里答案的 ``Wrong("library", …, key="library_call")``，
+以及几个拐着弯调用它的（``getattr``、默认参数、``types.FunctionType`` 造的副本、``vars(sys.modules[…])``、
+``importlib``、可调用对象的 ``__call__``、经由 ``make_lm`` 之类别的库代码）——它们也都必须 ❌ ``library_call``。
 """
 
+import importlib
 import math
+import sys
+import types
 
 import torch
 
 from checkers import Case, Wrong
+from tformer_lib import moe
 from tformer_lib.exercises.ch16 import (
     buggy_merge_partials,
     check_capacity_keep,
@@ -67,6 +73,56 @@ def _keep_library(choices, n_experts, capacity):
     return within_capacity(choices.long(), n_experts, capacity)
 
 
+def _keep_int32_one_hot(choices, n_experts, capacity):  # 对，但忘了 .long()：int32 的 choices 上 F.one_hot 出错
+    n, k = choices.shape
+    queue = choices.t().reshape(-1)  # (k·N,)
+    place = torch.nn.functional.one_hot(queue, n_experts).cumsum(0).gather(1, queue[:, None]).squeeze(1) - 1
+    return (place < capacity).reshape(k, n).t()
+
+
+def _keep_getattr(choices, n_experts, capacity):
+    return getattr(moe, "within_" + "capacity")(choices.long(), n_experts, capacity)
+
+
+def _keep_default_arg(choices, n_experts, capacity, _w=moe.within_capacity):
+    return _w(choices.long(), n_experts, capacity)
+
+
+_within_copy = types.FunctionType(moe.within_capacity.__code__, moe.within_capacity.__globals__, "mine")
+_copies = {"keep": types.FunctionType(moe.within_capacity.__code__, moe.within_capacity.__globals__, "mine")}
+
+
+def _keep_code_copy(choices, n_experts, capacity):
+    return _within_copy(choices.long(), n_experts, capacity)
+
+
+def _keep_code_copy_in_a_dict(choices, n_experts, capacity):  # 静态看不到（藏在字典里），运行时看得到
+    return _copies["keep"](choices.long(), n_experts, capacity)
+
+
+def _keep_sys_modules(choices, n_experts, capacity):
+    return vars(sys.modules["tformer_lib.moe.dispatch"])["within_capacity"](choices.long(), n_experts, capacity)
+
+
+def _keep_importlib(choices, n_experts, capacity):
+    return importlib.import_module("tformer_lib.moe").__dict__["within_capacity"](choices.long(), n_experts, capacity)
+
+
+class _KeepCallable:  # 交上来的是可调用对象，它的 __call__ 按名字调用库函数
+    def __call__(self, choices, n_experts, capacity):
+        from tformer_lib.moe import within_capacity
+
+        return within_capacity(choices.long(), n_experts, capacity)
+
+
+class _KeepHoldsIt:  # 库函数存在对象的属性里
+    def __init__(self):
+        self.rule = moe.within_capacity
+
+    def __call__(self, choices, n_experts, capacity):
+        return self.rule(choices.long(), n_experts, capacity)
+
+
 KEEP = Case(check_capacity_keep, ref_keep, also_correct=[_keep_vectorised], wrong=[
     Wrong("hard_coded", lambda c, e, cap: torch.tensor([[True, True], [True, True], [False, False], [True, False],
                                                        [True, True], [False, True]])),
@@ -77,6 +133,15 @@ KEEP = Case(check_capacity_keep, ref_keep, also_correct=[_keep_vectorised], wron
     Wrong("as_int", lambda c, e, cap: ref_keep(c, e, cap).long(), key="dtype"),
     Wrong("transposed", lambda c, e, cap: ref_keep(c, e, cap).t(), key="shape"),
     Wrong("library", _keep_library, key="library_call"),
+    Wrong("int32_one_hot", _keep_int32_one_hot, key="index_dtype"),
+    Wrong("library_getattr", _keep_getattr, key="library_call"),
+    Wrong("library_default_arg", _keep_default_arg, key="library_call"),
+    Wrong("library_code_copy", _keep_code_copy, key="library_call"),
+    Wrong("library_code_copy_in_a_dict", _keep_code_copy_in_a_dict, key="library_call"),
+    Wrong("library_sys_modules", _keep_sys_modules, key="library_call"),
+    Wrong("library_importlib", _keep_importlib, key="library_call"),
+    Wrong("library_callable_object", _KeepCallable(), key="library_call"),
+    Wrong("library_held_by_an_object", _KeepHoldsIt(), key="library_call"),
 ])
 
 
@@ -108,6 +173,20 @@ def _ring_library(b, h, n, d, p, e):
     return out["forward"], out["backward"]
 
 
+def _ring_no_heads(b, h, n, d, p, e):  # 一块只算了 B·(T/p)·d·b：漏乘头数
+    return ref_ring_attention_bytes(b, 1, n, d, p, e)
+
+
+def _ring_no_batch(b, h, n, d, p, e):
+    return ref_ring_attention_bytes(1, h, n, d, p, e)
+
+
+def _ring_getattr(b, h, n, d, p, e):
+    ring = importlib.import_module("tformer_lib.parallel.ring_attention")
+    out = getattr(ring, "ring_attention_" + "payload")(b, h, n, d, p, element_bytes=e)
+    return out["forward"], out["backward"]
+
+
 RING = Case(check_ring_attention_bytes, ref_ring_attention_bytes, also_correct=[
     _ring_dict, lambda *a: [float(x) for x in ref_ring_attention_bytes(*a)],
 ], wrong=[
@@ -121,6 +200,9 @@ RING = Case(check_ring_attention_bytes, ref_ring_attention_bytes, also_correct=[
     Wrong("elements", lambda b, h, n, d, p, e: ref_ring_attention_bytes(b, h, n, d, p, 1), key="elements"),
     Wrong("one_number", lambda *a: sum(ref_ring_attention_bytes(*a)), key="type"),
     Wrong("library", _ring_library, key="library_call"),
+    Wrong("no_heads", _ring_no_heads, key="no_heads"),
+    Wrong("no_batch", _ring_no_batch, key="no_batch"),
+    Wrong("library_getattr", _ring_getattr, key="library_call"),
 ])
 
 
@@ -181,7 +263,45 @@ def _merge_library(out_a, lse_a, out_b, lse_b):
     return (out_a * weights[:, :1] + out_b * weights[:, 1:]), torch.logsumexp(torch.stack([lse_a, lse_b]), dim=0)
 
 
-MERGE = Case(check_merge_partials, ref_merge_partials, also_correct=[_merge_logsumexp], wrong=[
+def _merge_logaddexp(out_a, lse_a, out_b, lse_b):  # torch.logaddexp，也对
+    lse = torch.logaddexp(lse_a, lse_b)  # (n,)
+    safe = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)  # (n,)
+    return out_a * torch.exp(lse_a - safe)[:, None] + out_b * torch.exp(lse_b - safe)[:, None], lse
+
+
+def _merge_in_float64(out_a, lse_a, out_b, lse_b):  # 改好的写法在 float64 里算，再转回来：也对
+    out, lse = ref_merge_partials(out_a.double(), lse_a.double(), out_b.double(), lse_b.double())
+    return out.float(), lse.float()
+
+
+def _merge_bug_in_float64(out_a, lse_a, out_b, lse_b):  # 没改，只换成 float64：LSE 过了 709 仍上溢
+    out, lse = buggy_merge_partials(out_a.double(), lse_a.double(), out_b.double(), lse_b.double())
+    return out.float(), lse.float()
+
+
+def _merge_bug_in_float64_nan_to_num(out_a, lse_a, out_b, lse_b):  # 再把 NaN 抹成 0 也不行
+    out, lse = _merge_bug_in_float64(out_a, lse_a, out_b, lse_b)
+    return torch.nan_to_num(out), lse
+
+
+def _merge_bug_shifted_by_a_constant(out_a, lse_a, out_b, lse_b):  # float64 里减一个常数：正负 ±1000 的行总有一头溢出
+    c = 300.0
+    a, b = lse_a.double() - c, lse_b.double() - c
+    lse = torch.log(torch.exp(a) + torch.exp(b))  # (n,)
+    safe = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    out = out_a.double() * torch.exp(a - safe)[:, None] + out_b.double() * torch.exp(b - safe)[:, None]
+    return out.float(), (lse + c).float()
+
+
+def _merge_calls_the_bug_on_shifted_scores(out_a, lse_a, out_b, lse_b):  # 结果对，但调用了题目给的错版本
+    m = torch.maximum(lse_a, lse_b)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    out, lse = buggy_merge_partials(out_a, lse_a - m, out_b, lse_b - m)
+    return torch.nan_to_num(out), lse + m
+
+
+MERGE = Case(check_merge_partials, ref_merge_partials, also_correct=[_merge_logsumexp, _merge_logaddexp,
+                                                                     _merge_in_float64], wrong=[
     Wrong("hard_coded", lambda out_a, lse_a, out_b, lse_b: (torch.zeros_like(out_a), torch.zeros_like(lse_a))),
     Wrong("the_bug", buggy_merge_partials, key="overflow"),
     Wrong("no_safe_max", _merge_no_safe_max, key="both_empty"),
@@ -191,6 +311,10 @@ MERGE = Case(check_merge_partials, ref_merge_partials, also_correct=[_merge_logs
     Wrong("swapped", _merge_swapped, key="swapped"),
     Wrong("out_only", lambda *a: ref_merge_partials(*a)[0], key="type"),
     Wrong("library", _merge_library, key="library_call"),
+    Wrong("bug_in_float64", _merge_bug_in_float64, key="overflow"),
+    Wrong("bug_in_float64_nan_to_num", _merge_bug_in_float64_nan_to_num, key="overflow"),
+    Wrong("bug_shifted_by_a_constant", _merge_bug_shifted_by_a_constant, key="overflow"),
+    Wrong("calls_the_bug", _merge_calls_the_bug_on_shifted_scores, key="library_call"),
 ])
 
 
@@ -212,6 +336,11 @@ def _dropped_library(loads, k, c):
     return sum(max(0, load - capacity) for load in loads)
 
 
+def _dropped_getattr(loads, k, c):
+    capacity = getattr(moe, "expert_" + "capacity")(sum(loads) // k, len(loads), k, c)
+    return sum(max(0, load - capacity) for load in loads)
+
+
 DROPPED = Case(check_predict_dropped, ref_predict_dropped, returns="int", wrong=[
     Wrong("hard_coded", lambda loads, k, c: 0),
     Wrong("floor", _dropped_with_capacity(lambda loads, k, c: math.floor(c * sum(loads) / len(loads))), key="floor"),
@@ -224,6 +353,7 @@ DROPPED = Case(check_predict_dropped, ref_predict_dropped, returns="int", wrong=
     Wrong("kept", lambda loads, k, c: sum(loads) - ref_predict_dropped(loads, k, c), key="kept"),
     Wrong("fraction", lambda loads, k, c: ref_predict_dropped(loads, k, c) / sum(loads) + 0.5, key="not_integer"),
     Wrong("library", _dropped_library, key="library_call"),
+    Wrong("library_getattr", _dropped_getattr, key="library_call"),
 ])
 
 
@@ -245,6 +375,21 @@ def _freq_library(d, base, kind, factor):
     return rope_frequencies(d, base, RopeScaling(kind, factor))[0]
 
 
+def _freq_through_the_model(d, base, kind, factor):  # 经由 LMConfig 与 make_lm 的 RoPE 表：库代码替它算
+    from tformer_lib.lm import LMConfig, make_lm
+
+    config = LMConfig(vocab_size=8, d_model=d, n_heads=1, n_layers=1, positional="rope", rope_base=base,
+                      rope_scaling={"kind": kind, "factor": factor})
+    tables = make_lm(config).rope_tables(torch.tensor([1]))  # 位置 1 的角度就是频率
+    cos, sin = tables._by_dtype[torch.float64]
+    return torch.atan2(sin, cos).reshape(-1)
+
+
+def _freq_getattr(d, base, kind, factor):
+    rs = importlib.import_module("tformer_lib.rope_scaling")
+    return getattr(rs, "rope_" + "frequencies")(d, base, getattr(rs, "Rope" + "Scaling")(kind, factor))[0]
+
+
 ROPE = Case(check_scaled_rope_frequencies, ref_scaled_frequencies, also_correct=[_freq_float32], wrong=[
     Wrong("hard_coded", lambda d, base, kind, s: 10000.0 ** -(torch.arange(0, 128, 2, dtype=torch.float64) / 128) / 4),
     Wrong("linear_multiplied", lambda d, b, kind, s: ref_scaled_frequencies(d, b, kind, 1 / s) if kind == "linear"
@@ -256,6 +401,8 @@ ROPE = Case(check_scaled_rope_frequencies, ref_scaled_frequencies, also_correct=
           * (s ** -0.5 if kind == "linear" else 1.0), key="exponent"),
     Wrong("all_dims", lambda d, b, kind, s: ref_scaled_frequencies(d, b, kind, s).repeat(2), key="shape"),
     Wrong("library", _freq_library, key="library_call"),
+    Wrong("library_through_the_model", _freq_through_the_model, key="library_call"),
+    Wrong("library_getattr", _freq_getattr, key="library_call"),
 ])
 
 CASES = [KEEP, RING, MERGE, DROPPED, ROPE]

@@ -34,7 +34,8 @@
    不一致时若恰好等于某个“已知错误写法”（:class:`Variant`）的输出，就用那个错误的提示；
 4. 读者返回的对象（模块、闭包）要再调用时，放在 ``with student_code():`` 里，它抛的异常才算读者的；
 5. 找错、实现之类“答案就在库里”的题，把那些库函数/类传给 ``run_checks(..., forbidden=…)``：靠直接调用答案通过的函数
-   得到 ❌（``mistake == "library_call"``），而不是 ✅；
+   得到 ❌（``mistake == "library_call"``），而不是 ✅；读者可能拐着弯拿到答案时（``getattr``、``sys.modules``、
+   经由别的库函数）再加 ``trace_forbidden=True``，运行时记下实际执行到的禁用代码；
 6. 检查器运行时不改变全局随机状态（``run_checks`` 已经负责：torch、``random``、NumPy 的全局状态都原样恢复），
    并且每次运行结果相同（检查开始前固定 torch 的种子）。
 """
@@ -53,6 +54,8 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from tformer_lib.exercises._sandbox import banned_codes, python_functions, watch_calls
 
 PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"
 
@@ -150,11 +153,12 @@ _NONE_HINT = ("函数返回了 None：是不是忘了写 return？把算出的�
               "（如果你还没开始做，保留 raise NotImplementedError 即可）")
 
 
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """包装读者的函数：桩 → _Pending；返回 None → Mistake("returned_none")；抛出的异常带上“读者的”标记。"""
+def _guard(fn: Callable[..., Any], watch: Sequence[Any] = (), record: list[str] | None = None) -> Callable[..., Any]:
+    """包装读者的函数：桩 → _Pending；返回 None → Mistake("returned_none")；抛出的异常带上“读者的”标记。
+    ``watch`` 非空时，每次调用期间把执行到的禁用对象记进 ``record``（:func:`~tformer_lib.exercises._sandbox.watch_calls`）。"""
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        with student_code():
+        with student_code(), (watch_calls(watch, record) if watch else contextlib.nullcontext()):
             out = fn(*args, **kwargs)
         if out is None:
             raise Mistake(_NONE_HINT, key="returned_none")
@@ -193,41 +197,83 @@ def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
 
 
 def library_calls(fn: Callable[..., Any], forbidden: Sequence[Any]) -> list[str]:
-    """读者的函数（及它调用的、读者自己在同一笔记本里写的函数）直接用到了 ``forbidden`` 里的哪些库对象。
+    """读者的函数（及它调用的、读者自己在同一笔记本里写的函数、类与对象）直接用到了 ``forbidden`` 里的哪些库对象。
 
     静态地看函数的代码：它用到的每个名字，若在读者的全局变量里就是一个禁用对象（``from tformer_lib import
     causal_mask`` 之后调用 ``causal_mask``），或者与禁用对象同名、又不是读者自己定义的东西（``tformer_lib.causal_mask``、
-    函数体里的 ``from … import``），就算“直接调用了库”。返回这些对象的全名（``模块.名字``），没有就是空列表。
+    函数体里的 ``from … import``），就算“直接调用了库”。默认参数（``_w=moe.within_capacity``）与闭包里的值也看；
+    用禁用函数的 ``__code__`` 造出的副本（``types.FunctionType(f.__code__, …)``，或那个代码对象本身）也算。
+    交上来的是可调用对象或类时，看它的类里定义的方法（``__call__`` 等）和它自己的属性。
+    返回这些对象的全名（``模块.名字``），没有就是空列表。运行时的检查见 ``run_checks(..., trace_forbidden=True)``。
     """
     targets = {id(obj): obj for obj in forbidden}
     names = {getattr(obj, "__name__", None): obj for obj in forbidden}
+    codes = banned_codes(forbidden)  # 禁用对象背后每个 Python 函数的代码对象 → 全名
     found: dict[str, None] = {}
     seen: set[int] = set()
-    stack = [inspect.unwrap(fn)] if callable(fn) else []
-    # 交上来的本身就是禁用对象（或 functools.wraps / functools.partial 包着它）：也算直接用了库
-    partial_of = getattr(fn, "func", None) if isinstance(fn, functools.partial) else None
-    for obj in (fn, *stack, partial_of):
-        if obj is not None and id(obj) in targets:
-            found[_full_name(obj)] = None
-    if partial_of is not None:
-        stack.append(inspect.unwrap(partial_of))
+    stack: list[Any] = []
+
+    def banned(obj: Any) -> str | None:
+        if id(obj) in targets:
+            return _full_name(obj)
+        code = obj if isinstance(obj, types.CodeType) else obj.__code__ if isinstance(obj, types.FunctionType) else None
+        if code is not None and code in codes:
+            return codes[code]
+        return None
+
+    def visit(obj: Any, env: dict | None) -> None:
+        """``obj`` 是禁用对象（或它的副本）→ 记下；是读者自己写的函数、类、对象 → 放进 ``stack`` 往里看。"""
+        label = banned(obj)
+        if label is not None:
+            found[label] = None
+            return
+        if isinstance(obj, (types.FunctionType, types.MethodType, functools.partial)):
+            inner = inspect.unwrap(getattr(obj, "__func__", getattr(obj, "func", obj)))
+            if env is None or getattr(inner, "__globals__", None) is env:
+                stack.append(inner)
+                if inner is not obj:
+                    visit(inner, env)
+            return
+        module = env.get("__name__") if env is not None else None
+        if isinstance(obj, type):
+            if env is None or obj.__module__ == module:
+                stack.extend(python_functions(obj))
+        elif (env is None and callable(obj)) or (module is not None and type(obj).__module__ == module):
+            stack.extend(python_functions(type(obj)))  # 读者的类的对象：它的 __call__ 等方法
+            attrs = getattr(obj, "__dict__", None)
+            for value in (attrs.values() if isinstance(attrs, dict) else ()):
+                label = banned(value)
+                if label is not None:
+                    found[label] = None
+
+    if callable(fn):
+        visit(fn, None)  # 交上来的本身就是禁用对象（或 functools.wraps / functools.partial 包着它）：也算直接用了库
     while stack:
         f = stack.pop()
         code, env = getattr(f, "__code__", None), getattr(f, "__globals__", {})
         if code is None or id(code) in seen:
             continue
         seen.add(id(code))
+        label = banned(f)
+        if label is not None:
+            found[label] = None
         closure = {n: c.cell_contents for n, c in zip(code.co_freevars, getattr(f, "__closure__", None) or ())
                    if _cell_filled(c)}
+        for value in (*closure.values(), *(getattr(f, "__defaults__", None) or ()),
+                      *(getattr(f, "__kwdefaults__", None) or {}).values()):
+            if not isinstance(value, types.ModuleType):
+                visit(value, env)
         for c in _code_objects(code):
+            if c in codes:
+                found[codes[c]] = None
             for name in c.co_names + c.co_freevars:
                 obj = closure.get(name, env.get(name, None))
                 if id(obj) in targets:
                     found[_full_name(obj)] = None
                 elif name in names and (obj is None or isinstance(obj, types.ModuleType)):
                     found[_full_name(names[name])] = None
-                elif isinstance(obj, types.FunctionType) and obj.__globals__ is env:
-                    stack.append(obj)  # 读者自己写的辅助函数：也看进去
+                elif obj is not None and not isinstance(obj, types.ModuleType):
+                    visit(obj, env)  # 副本、读者自己写的辅助函数、类和对象：也看进去
     return list(found)
 
 
@@ -254,6 +300,7 @@ def run_checks(
     *,
     verbose: bool = True,
     forbidden: Sequence[Any] = (),
+    trace_forbidden: bool = False,
 ) -> CheckResult:
     """依次运行 ``checks``（每项是 ``(说明, 检查函数)``，检查函数接收被包装过的读者函数），打印并返回结论。
 
@@ -266,6 +313,9 @@ def run_checks(
     - ``forbidden``：本题要读者自己写出来的库函数或类（例如找错题的正确版本就是库里的某个函数）；
       读者的函数全部检查都通过、但直接调用了其中之一（:func:`library_calls`）→ “❌”（``mistake == "library_call"``）。
       桩仍然是 ⏳，写错的仍按写错报告——只有“靠调用答案通过”才被拦下。
+    - ``trace_forbidden=True``：除了静态地看代码，还在读者的函数每次运行期间记下它实际执行到的禁用对象
+      （:func:`~tformer_lib.exercises._sandbox.watch_calls`：不论经由别名、``getattr``、默认参数、可调用对象、
+      代码副本还是另一个库函数）。只记不拦，结论同上：全部通过而用到了 → ❌ ``library_call``。
 
     任何情况下都不抛异常（``fn`` 不是函数时也只打印 ❌）。
     """
@@ -276,7 +326,8 @@ def run_checks(
     if not callable(fn):
         hint = f"要检查的应是一个函数，收到的是 {type(fn).__name__}：把函数名本身传进来（不要加括号调用它）"
         result = CheckResult(title, FAILED, f"❌ 未通过：{title}\n   提示：{hint}", hint, "not_callable")
-    guarded = _guard(fn) if callable(fn) else fn
+    traced: list[str] = []  # trace_forbidden：读者的函数运行时实际执行到的禁用对象
+    guarded = _guard(fn, forbidden if trace_forbidden else (), traced) if callable(fn) else fn
     for desc, check in checks if result is None else ():
         try:
             with _isolated_rng():
@@ -303,6 +354,12 @@ def run_checks(
             break
         done.append(desc)
     used = library_calls(fn, forbidden) if result is None and forbidden else []
+    if result is None and traced and not used:  # 代码里看不出、运行时却执行到了：经由别的库函数或拐弯的引用
+        shown = "、".join(f"`{u}`" for u in traced)
+        hint = (f"结果是对的，但你的函数运行时用到了库里的 {shown}（经由别的库函数，或者拐了个弯拿到它）——"
+                "这道题要你自己写出它做的事（那个库函数就是答案）。只用 torch 的基本运算重写一遍，再运行本单元")
+        result = _failed(title, "没有直接调用本章给出的库实现", hint, "library_call", done)
+    used = list(dict.fromkeys(used + traced)) if used else []
     if used:
         shown = "、".join(f"`{u}`" for u in used)
         hint = (f"结果是对的，但你的函数直接调用了库里的 {shown}——这道题要你自己写出它做的事"

@@ -3,23 +3,30 @@
 
 - :func:`check_capacity_keep`（实现）：容量与丢弃（capacity, token dropping）——给定每个词元的 k 个专家选择，
   哪些任务（assignment）排得进每个专家的容量：先是全体的第一选择、再是第二选择，同一选择里按词元顺序（GShard 的顺序）。
-  与 :func:`~tformer_lib.moe.within_capacity` 比较，``tformer_lib.moe`` 里的函数禁用；
+  与 :func:`~tformer_lib.moe.within_capacity` 比较，``tformer_lib.moe`` 里的函数与类禁用；
 - :func:`check_ring_attention_bytes`（推导并核对）：环形注意力（ring attention）一次前向、一次反向里每个进程发出多少字节——
   与 :func:`~tformer_lib.parallel.ring_attention.ring_attention_payload`（库的测试里它与真实的通信逐字节对过）比较，库里的公式禁用；
 - :func:`buggy_merge_partials` + :func:`check_merge_partials`（找错）：把两块键各自算出的部分结果——已按本块归一的输出与
-  本块的 log-sum-exp（LSE）——合并成一块。有错的版本直接 ``exp(lse)``，分数大时上溢。检查器在有大分数、整块被屏蔽的
-  情形上两两合并，再像环形注意力那样沿环一块块并入，与整条序列一次 softmax 注意力比较；
+  本块的 log-sum-exp（LSE）——合并成一块。有错的版本直接 ``exp(lse)``，分数大时上溢。检查器在有大分数（LSE 到 ±1000 上下，
+  float64 里也会上溢、下溢）、整块被屏蔽的情形上两两合并，再像环形注意力那样沿环一块块并入，与整条序列一次 softmax 注意力比较；
 - :func:`check_predict_dropped`（预测再验证）：只看每个专家分到的任务数，预测容量因子（capacity factor）为 c 时一共丢掉几份任务——
   检查器真的跑一个路由器、按容量分派，数出丢掉的任务与读者的预测对照；``expert_capacity`` 等禁用；
 - :func:`check_scaled_rope_frequencies`（实现）：位置插值（position interpolation, PI）与 NTK-aware 缩放后的 RoPE 频率——
   与 :func:`~tformer_lib.rope_scaling.rope_frequencies` 比较，库里的函数禁用。
 
 每个检查器都在多组随机情形上调用读者的函数，桩（stub）→ “⏳ 尚未完成”，不抛异常。
+
+“禁用”的意思：读者的函数全部检查都通过、但用到了禁用的库对象 → ❌ ``library_call``。两道关：静态地看函数的代码
+（名字、属性、函数体里的 import、默认参数、闭包、可调用对象的方法、用禁用函数的 ``__code__`` 造的副本），
+以及运行时（``run_checks(..., trace_forbidden=True)``）记下读者的函数每次运行时实际执行到的禁用代码——所以
+``getattr(moe, "within_" + "capacity")``、``vars(sys.modules[…])[…]``、``importlib.import_module(…).__dict__[…]``、
+可调用对象的 ``__call__``、或经由另一个库函数（``make_lm(cfg).rope_tables(…)`` → ``rope_frequencies``）都算。
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +42,7 @@ from tformer_lib.exercises._core import (
     compare_number,
     draw_choice,
     draw_int,
+    raised_by_student,
     random_cases,
     run_checks,
 )
@@ -89,10 +97,15 @@ def _routing_choices(g: torch.Generator, n: int, n_experts: int, k: int, skew: f
 
 
 def check_capacity_keep(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(choices, n_experts, capacity) -> keep``：``choices`` 是整数张量 ``(N, k)``，第 n 行是第 n 个词元选中的 k 个专家
-    （第 0 列是第一选择）；返回布尔张量 ``(N, k)``，True = 这份任务排得进它的专家的容量 ``capacity``。排队的顺序：
-    所有词元的第一选择先排（按词元顺序），再排第二选择……；每个专家最多收 ``capacity`` 份，后来的丢弃。
-    直接调用 ``tformer_lib.moe`` 里的函数（``within_capacity``、``plan_dispatch`` 等）不算数（❌ ``library_call``）。"""
+    """检查 ``fn(choices, n_experts, capacity) -> keep``：``choices`` 是整数张量 ``(N, k)``（dtype 可能是 int64，也可能是
+    int32；``F.one_hot``、``torch.take_along_dim`` 只收 int64 的下标，用之前先 ``.long()``），
+    第 n 行是第 n 个词元选中的 k 个专家（第 0 列是第一选择）；返回布尔张量 ``(N, k)``，True = 这份任务排得进它的专家的
+    容量 ``capacity``。排队的顺序：所有词元的第一选择先排（按词元顺序），再排第二选择……；每个专家最多收 ``capacity`` 份，
+    后来的丢弃。读者的函数因为 int32 的下标出错时给出 ❌ ``index_dtype``（提示 ``.long()``），不是一条原样的错误。
+
+    禁用（❌ ``library_call``）：``tformer_lib.moe`` 里的所有函数与类（``within_capacity``、``plan_dispatch``、
+    ``expert_capacity``、``TopKRouter``、``MoEFeedForward``……），不论直接调用、经由别名/``getattr``/默认参数/可调用对象/
+    代码副本，还是经由别的库代码（如 ``ExpertParallelMoE``）执行到它们。"""
     from tformer_lib import moe
 
     def cases(f):
@@ -116,7 +129,15 @@ def check_capacity_keep(fn: Callable[..., Any], *, verbose: bool = True) -> Chec
             want = moe.within_capacity(choices.long(), n_experts, capacity)  # (N, k)
             call = f"keep(choices={choices.tolist()}, n_experts={n_experts}, capacity={capacity})" if n <= 8 else \
                 f"keep(choices 形状 {(n, k)}, n_experts={n_experts}, capacity={capacity})"
-            got = f(choices.clone(), n_experts, capacity)
+            try:
+                got = f(choices.clone(), n_experts, capacity)
+            except (RuntimeError, IndexError, TypeError, ValueError) as exc:
+                if (raised_by_student(exc) and choices.dtype != torch.int64
+                        and re.search(r"\bLong(Tensor)?\b|int64", str(exc))):
+                    raise Mistake(f"{call}：这组的 choices 是 {choices.dtype}，你的函数出错了（{type(exc).__name__}："
+                                  f"{str(exc).strip()[:120]}）。F.one_hot、torch.take_along_dim 等只收 int64（Long）的下标："
+                                  "先 choices = choices.long()", key="index_dtype") from None
+                raise
             if not isinstance(got, torch.Tensor):
                 raise Mistake(f"{call}：应返回布尔张量 (N, k)，你返回的是 {type(got).__name__}", key="type")
             if got.dtype != torch.bool:
@@ -150,8 +171,8 @@ def check_capacity_keep(fn: Callable[..., Any], *, verbose: bool = True) -> Chec
             compare(got, want, variants=_distinct(variants, want), what=f"{call}的结果", default_hint=hint)
 
     forbidden = tuple(getattr(moe, name) for name in moe.__all__)
-    return run_checks("容量与丢弃", fn, [("10 组随机的路由（k = 1 与 2、偏斜的负载、容量从 0 到 ≥ N）", cases)],
-                      verbose=verbose, forbidden=forbidden)
+    return run_checks("容量与丢弃", fn, [("10 组随机的路由（k = 1 与 2、偏斜的负载、容量从 0 到 ≥ N，int64 与 int32 的 choices）",
+                                       cases)], verbose=verbose, forbidden=forbidden, trace_forbidden=True)
 
 
 # ---- 推导并核对：环形注意力每个进程发出的字节 -------------------------------------------------------------
@@ -169,15 +190,20 @@ def check_ring_attention_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
     """检查 ``fn(batch, heads, local_len, d_head, world_size, element_bytes) -> (forward, backward)``：p = ``world_size``
     个进程做环形注意力，每个进程持有 ``local_len`` = T/p 个位置的 q、k、v ``(batch, heads, T/p, d_head)``（每个元素
     ``element_bytes`` 字节），一次前向、一次反向里**每个进程发出**多少字节。也可以返回 ``{"forward": …, "backward": …}``。
-    与 :func:`~tformer_lib.parallel.ring_attention.ring_attention_payload` 比较（它与真实运行里记下的通信逐字节相同）。"""
+    与 :func:`~tformer_lib.parallel.ring_attention.ring_attention_payload` 比较（它与真实运行里记下的通信逐字节相同）。
+
+    禁用（❌ ``library_call``，直接、经由别名/``getattr``/可调用对象，或经由别的库代码如
+    ``tformer_lib.scale.ledger`` 执行到都算）：``ring_attention_payload``、``ring_attention_saved_bytes``、
+    ``ring_attention``、``RingAttention``，以及真的跑一次、数出字节的 ``run_context_parallel``。"""
+    from tformer_lib.parallel import context_parallel
     from tformer_lib.parallel import ring_attention as ring
 
     def sizes(f):
         for i, g in enumerate(random_cases(8, seed=162)):
             if i == 0:  # 环上只有自己
                 b, h, n, d, p, e = 2, 4, 16, 8, 1, 4
-            elif i == 1:  # 4 个进程、float32
-                b, h, n, d, p, e = 2, 4, 1000, 64, 4, 4
+            elif i == 1:  # 5 个进程、float32；B、h、b 互不相同，各种错法的结果也两两不同：漏乘哪一个都认得出
+                b, h, n, d, p, e = 3, 8, 1000, 64, 5, 4
             elif i == 2:  # 一个 8 卡、128K 上下文的 LLaMA 式注意力层（bf16）
                 b, h, n, d, p, e = 1, 8, 131072 // 8, 128, 8, 2
             else:
@@ -195,6 +221,10 @@ def check_ring_attention_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
                 Variant("full_length", f"{call}：环上传的一块是本进程那片 T/p = local_len 个位置，不是整条序列的 T",
                         2 * (p - 1) * block * p),
                 Variant("elements", f"{call}：算出的是元素个数，还要乘每个元素的 {e} 字节", 2 * (p - 1) * block // e),
+                Variant("no_heads", f"{call}：一块 K 有 B·h·(T/p)·d 个元素——每个头各有一份 K、V，别忘了乘头数 h = {h}",
+                        2 * (p - 1) * block // h),
+                Variant("no_batch", f"{call}：一块 K 有 B·h·(T/p)·d 个元素——批里每个序列各有一份，别忘了乘批大小 B = {b}",
+                        2 * (p - 1) * block // b),
             ]
             compare_number(as_int(forward, f"{call} 的前向字节"), want["forward"], variants=_distinct(fv, want["forward"]),
                            what=f"{call} 的前向字节", rtol=0, atol=0,
@@ -208,6 +238,10 @@ def check_ring_attention_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
                 Variant("backward_like_forward", f"{call}：反向每步传 4 块（K、V、dK、dV），共 p 次", 2 * (p - 1) * block),
                 Variant("p1_backward", f"{call}：p = 1 时环上只有自己，K、V 和梯度都不用传：前向、反向都是 0", 4 * block),
                 Variant("elements", f"{call}：算出的是元素个数，还要乘每个元素的 {e} 字节", 4 * p * block // e),
+                Variant("no_heads", f"{call}：一块 K 有 B·h·(T/p)·d 个元素——每个头各有一份 K、V，别忘了乘头数 h = {h}",
+                        4 * p * block // h),
+                Variant("no_batch", f"{call}：一块 K 有 B·h·(T/p)·d 个元素——批里每个序列各有一份，别忘了乘批大小 B = {b}",
+                        4 * p * block // b),
             ]
             compare_number(as_int(backward, f"{call} 的反向字节"), want["backward"],
                            variants=_distinct(bv, want["backward"]), what=f"{call} 的反向字节", rtol=0, atol=0,
@@ -216,7 +250,8 @@ def check_ring_attention_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
 
     return run_checks("环形注意力的通信字节", fn, [("8 组随机的形状与进程数（含 p = 1 与 128K 上下文）", sizes)],
                       verbose=verbose, forbidden=(ring.ring_attention_payload, ring.ring_attention_saved_bytes,
-                                                  ring.ring_attention, ring.RingAttention))
+                                                  ring.ring_attention, ring.RingAttention,
+                                                  context_parallel.run_context_parallel), trace_forbidden=True)
 
 
 # ---- 找错：合并两块的部分结果 ----------------------------------------------------------------------------
@@ -268,18 +303,26 @@ def _merged_pair(got: Any, call: str, n: int, d: int) -> tuple[torch.Tensor, tor
     return out, lse.reshape(n)  # (n, d), (n,)
 
 
-def _finite_where_needed(out, lse, want_lse, both_empty, call: str, big: bool) -> None:
-    """合并后的 out、lse 在该有限的地方有没有 NaN/inf：分数大时多半是 e^lse 上溢，两块都空时多半是 -inf − (-inf)。"""
+def _finite_where_needed(out, lse, want_lse, both_empty, call: str, level: float) -> None:
+    """合并后的 out、lse 在该有限的地方有没有 NaN/inf：分数大时多半是 e^lse 上溢（或下溢），两块都空时多半是 -inf − (-inf)。
+    ``level``：这组分数的量级（0 = 普通的分数）。"""
     finite = ~torch.isneginf(want_lse)  # (n,)：至少一块不空的行
     bad_rows = ~torch.isfinite(out).all(dim=-1) | (torch.isnan(lse) | torch.isposinf(lse))  # (n,)
     bad_rows |= finite & ~torch.isfinite(lse)
     if not bad_rows.any():
         return
-    r = int(bad_rows.nonzero()[0, 0])
-    if bool(finite[r]) and big:
+    live = bad_rows & finite  # (n,)：本该有限的行坏了——分数大时先说上溢，它比“两块都空”的 NaN 更要紧
+    r = int((live if level and live.any() else bad_rows & both_empty if (bad_rows & both_empty).any()
+             else bad_rows).nonzero()[0, 0])
+    if bool(finite[r]) and level > _FLOAT64_EXP_MAX:
+        raise Mistake(f"{call}：第 {r} 行合并后出现了 inf 或 NaN（out 或 lse）。这组的 LSE 在 ±{level:g} 上下：e^lse 在 float32 里"
+                      " lse > 88 就上溢成 inf、lse < −103 下溢成 0，float64 也只到 709 与 −745——换成更宽的类型救不了。"
+                      "先减去 m = max(lse_a, lse_b)：lse = m + log(e^(lse_a − m) + e^(lse_b − m))，两个指数都 ≤ 0，"
+                      "不会上溢，较大的那个恰好是 e^0 = 1，也不会全都下溢", key="overflow")
+    if bool(finite[r]) and level:
         raise Mistake(f"{call}：第 {r} 行合并后出现了 inf 或 NaN（out 或 lse）。这组的分数很大（LSE 在几百），float32 的 e^lse "
                       "在 lse > 88 时就上溢成 inf。先减去 m = max(lse_a, lse_b)：lse = m + log(e^(lse_a − m) + e^(lse_b − m))，"
-                      "两个指数都 ≤ 1，不会上溢", key="overflow")
+                      "两个指数都 ≤ 0，不会上溢", key="overflow")
     if bool(both_empty[r]):
         raise Mistake(f"{call}：第 {r} 行两块都被整块屏蔽（lse_a = lse_b = -inf），你的结果里有 NaN。m = -inf 时 "
                       "lse_a − m = -inf − (-inf) = NaN：像第 8 章 flash.py 的 _safe_max 那样，m 是 -inf 时用 0 代替；"
@@ -287,11 +330,11 @@ def _finite_where_needed(out, lse, want_lse, both_empty, call: str, big: bool) -
     raise Mistake(f"{call}：第 {r} 行合并后出现了 NaN 或 inf", key="nonfinite")
 
 
-def _compare_merge(got, want_out, want_lse, out_a, lse_a, out_b, lse_b, call: str, big: bool) -> None:
+def _compare_merge(got, want_out, want_lse, out_a, lse_a, out_b, lse_b, call: str, level: float) -> None:
     n, d = want_out.shape
     out, lse = _merged_pair(got, call, n, d)
     both_empty = torch.isneginf(lse_a) & torch.isneginf(lse_b)  # (n,)
-    _finite_where_needed(out, lse, want_lse, both_empty, call, big)
+    _finite_where_needed(out, lse, want_lse, both_empty, call, level)
     unnorm, lse_max = _safe_merge(out_a, lse_a, out_b, lse_b, normalise=False)
     swapped, _ = _safe_merge(out_a, lse_a, out_b, lse_b, swap=True)
     out_variants = [
@@ -313,6 +356,30 @@ def _compare_merge(got, want_out, want_lse, out_a, lse_a, out_b, lse_b, call: st
             default_hint=f"{call}：合并后的 lse 应为 log(e^lse_a + e^lse_b)（用最大值稳住）")
 
 
+_FLOAT64_EXP_MAX = 709.78  # e^x 在 float64 里 x 超过它就上溢（float32 是 88.7）
+
+
+def _row_levels(g: torch.Generator, n: int, level: float) -> torch.Tensor:
+    """每个查询（行）的分数量级 ``(n, 1)``：``level`` 超过 float64 的上溢界时正负各半（第 0 行为正、第 1 行为负）——
+    ``exp`` 在 float64 里正的上溢、负的下溢，减一个常数也救不了；否则所有行都是 ``level``（0 = 普通的分数）。"""
+    if level <= _FLOAT64_EXP_MAX:
+        return torch.full((n, 1), level)
+    signs = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)  # (n,)
+    signs[0], signs[1 % n] = 1.0, -1.0
+    return (signs * level)[:, None]  # (n, 1)
+
+
+def _level_text(level: float, sep: str) -> str:
+    if not level:
+        return ""
+    return f"{sep}分数在 ±{level:g} 上下（正负各半）" if level > _FLOAT64_EXP_MAX else f"{sep}分数在 {level:g} 上下"
+
+
+def _huge_level(g: torch.Generator) -> float:
+    """一个 float64 里也放不下 e^lse 的量级（> 709），又不到 1024：float32 在这里的舍入误差（6e-5）还小于检查的容差。"""
+    return float(draw_choice(g, (760.0, 850.0, 940.0, 1000.0)))
+
+
 def _positions(seq_len: int, world_size: int, layout: str) -> list[torch.Tensor]:
     """与 :func:`~tformer_lib.parallel.ring_attention.sequence_positions` 相同的切法（这里自己写，免得检查器依赖并行包）。"""
     pieces = world_size if layout == "contiguous" else 2 * world_size
@@ -326,15 +393,22 @@ def check_merge_partials(fn: Callable[..., Any], *, verbose: bool = True) -> Che
     """检查改好的 ``fn(out_a, lse_a, out_b, lse_b) -> (out, lse)``：``out_a``、``out_b`` ``(n, d)`` 是 n 个查询对两块键
     各自的注意力输出（各按本块的 softmax 归一），``lse_a``、``lse_b`` ``(n,)`` 是各块分数的 :math:`\\log\\sum e^{s}`；
     返回合并后的输出 ``(n, d)`` 与合并后的 LSE ``(n,)``，与对两块键一起做一次 softmax 注意力相同。
-    整块被屏蔽的行给出的是 ``out = 0``、``lse = -inf``；两块都空时也返回 ``0`` 与 ``-inf``（环形注意力从这个“空”的状态开始）。"""
+    整块被屏蔽的行给出的是 ``out = 0``、``lse = -inf``；两块都空时也返回 ``0`` 与 ``-inf``（环形注意力从这个“空”的状态开始）。
+    输入都是 float32；有几组的 LSE 在 ±760…1000（同一组里正负各半）：``e^lse`` 在 float64 里也上溢、下溢，
+    所以“换成 float64 再照原样算”或“减去一个常数”都不算改好（❌ ``overflow``）。
+
+    禁用（❌ ``library_call``，直接、经由别名/``getattr``/默认参数/可调用对象/代码副本都算）：
+    ``buggy_merge_partials`` 本身（题目给的错版本），``tformer_lib.flash`` 的 ``tiled_attention``、``online_softmax``，
+    ``F.scaled_dot_product_attention``，以及检查器自己的参考实现。``torch.logsumexp``、``torch.logaddexp`` 可以用。"""
     import torch.nn.functional as F
 
     def pairs(f):
         for i, g in enumerate(random_cases(6, seed=163)):
             n, d = draw_int(g, 2, 8), draw_int(g, 1, 8)
             b_a, b_b = draw_int(g, 1, 6), draw_int(g, 1, 6)
-            big = i in (0, 3)  # 分数很大：e^lse 在 float32 里上溢
-            s = torch.randn(n, b_a + b_b, generator=g) * (5.0 if big else 1.5) + (400.0 if big else 0.0)  # (n, b_a + b_b)
+            # 第 0 组分数在 400 上下（e^lse 在 float32 里上溢）；第 1、4 组 LSE 在 ±760…1000（float64 里也上溢、下溢）
+            level = 400.0 if i == 0 else _huge_level(g) if i in (1, 4) else 0.0
+            s = torch.randn(n, b_a + b_b, generator=g) * (5.0 if level else 1.5) + _row_levels(g, n, level)  # (n, b_a + b_b)
             v = torch.randn(b_a + b_b, d, generator=g)  # (b_a + b_b, d)
             masked = torch.rand(n, b_a + b_b, generator=g) < 0.3  # (n, b_a + b_b)：随机屏蔽一些键
             if i >= 1:
@@ -347,20 +421,21 @@ def check_merge_partials(fn: Callable[..., Any], *, verbose: bool = True) -> Che
             out_b, lse_b = _partial(s[:, b_a:], v[b_a:])
             want_out, want_lse = _partial(s.double(), v.double())  # 两块键一起做一次 softmax 注意力
             call = (f"合并 {n} 个查询对 {b_a} 个与 {b_b} 个键的两块部分结果（d={d}"
-                    f"{'，分数在 400 上下' if big else ''}{'，有整块被屏蔽的行' if i >= 1 else ''}"
+                    f"{_level_text(level, '，')}{'，有整块被屏蔽的行' if i >= 1 else ''}"
                     f"{'，最后一行两块都空' if i >= 2 else ''}）时")
             got = f(out_a.clone(), lse_a.clone(), out_b.clone(), lse_b.clone())
-            _compare_merge(got, want_out, want_lse, out_a, lse_a, out_b, lse_b, call, big)
+            _compare_merge(got, want_out, want_lse, out_a, lse_a, out_b, lse_b, call, level)
 
     def ring(f):
         for i, g in enumerate(random_cases(6, seed=164)):
             p, layout = draw_int(g, 2, 5), ("contiguous", "zigzag")[i % 2]
             n, d = 2 * draw_int(g, 1, 3), draw_int(g, 1, 8)
             rank = 0 if i == 0 else draw_int(g, 0, p - 1)
-            big = i in (1, 4)
+            # 第 1 组分数在 300 上下（float32 上溢）；第 3、4 组（之字形与顺序切法）LSE 在 ±760…1000（float64 也上溢、下溢）
+            level = 300.0 if i == 1 else _huge_level(g) if i in (3, 4) else 0.0
             t = n * p
             positions = _positions(t, p, layout)
-            scores = torch.randn(t, t, generator=g) * (5.0 if big else 1.0) + (300.0 if big else 0.0)  # (T, T)
+            scores = torch.randn(t, t, generator=g) * (5.0 if level else 1.0) + _row_levels(g, t, level)  # (T, T)
             scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))  # 因果
             v = torch.randn(t, d, generator=g)  # (T, d)
             q_pos = positions[rank]
@@ -371,10 +446,10 @@ def check_merge_partials(fn: Callable[..., Any], *, verbose: bool = True) -> Che
                 s_blk = scores[q_pos][:, positions[source]]  # (n, n)
                 out_b, lse_b = _partial(s_blk, v[positions[source]])
                 call = (f"环形注意力（p={p}、{layout} 切法、进程 {rank}、每进程 {n} 个位置、d={d}"
-                        f"{'、分数在 300 上下' if big else ''}）第 {step + 1} 步并入进程 {source} 的块时")
+                        f"{_level_text(level, '、')}）第 {step + 1} 步并入进程 {source} 的块时")
                 want_out, want_lse = _safe_merge(out, lse, out_b, lse_b)
                 got = f(out.clone(), lse.clone(), out_b.clone(), lse_b.clone())
-                _compare_merge(got, want_out, want_lse, out.double(), lse.double(), out_b, lse_b, call, big)
+                _compare_merge(got, want_out, want_lse, out.double(), lse.double(), out_b, lse_b, call, level)
                 out, lse = (x.detach().to(torch.float32) for x in _merged_pair(got, call, n, d))
             want = torch.softmax(scores[q_pos].double(), dim=-1) @ v.double()  # (n, d)：整条序列一次注意力
             compare(out, want, what=f"p={p}、{layout} 切法的进程 {rank} 沿环并完全部 {p} 块之后的输出", atol=1e-4, rtol=1e-4,
@@ -383,10 +458,11 @@ def check_merge_partials(fn: Callable[..., Any], *, verbose: bool = True) -> Che
     from tformer_lib.flash import online_softmax, tiled_attention
 
     return run_checks("合并两块注意力的部分结果", fn,
-                      [("6 组随机的两块（含大分数、整块被屏蔽、两块都空的行）", pairs),
-                       ("6 次沿环逐块合并（顺序与之字形切法、因果掩码），与整条序列的注意力相同", ring)],
-                      verbose=verbose, forbidden=(tiled_attention, online_softmax, F.scaled_dot_product_attention,
-                                                  _partial, _safe_merge))
+                      [("6 组随机的两块（含 LSE 在几百与 ±1000 上下的大分数、整块被屏蔽、两块都空的行）", pairs),
+                       ("6 次沿环逐块合并（顺序与之字形切法、因果掩码、含大分数），与整条序列的注意力相同", ring)],
+                      verbose=verbose, forbidden=(buggy_merge_partials, tiled_attention, online_softmax,
+                                                  F.scaled_dot_product_attention, _partial, _safe_merge),
+                      trace_forbidden=True)
 
 
 # ---- 预测再验证：容量因子为 c 时丢掉几份任务 -------------------------------------------------------------
@@ -400,7 +476,10 @@ def check_predict_dropped(fn: Callable[..., Any], *, verbose: bool = True) -> Ch
     """检查 ``fn(loads, top_k, capacity_factor) -> int``：``loads`` 是长度 E 的 Python 整数列表，``loads[e]`` = 路由器分给
     专家 e 的任务数（每个词元 ``top_k`` 份，所以 ``sum(loads) = N·k``）；预测容量因子为 ``capacity_factor`` 时，
     按容量分派一共丢掉几份任务。检查器真的跑一个（有偏斜的）路由器，用 ``within_capacity`` 与 ``plan_dispatch`` 分派，
-    把数出的丢弃数与读者的预测对照。直接调用 ``expert_capacity`` 等库函数不算数（❌ ``library_call``）。"""
+    把数出的丢弃数与读者的预测对照。
+
+    禁用（❌ ``library_call``）：``tformer_lib.moe`` 里的所有函数与类（``expert_capacity``、``within_capacity``、
+    ``plan_dispatch``、``TopKRouter``……），直接、经由别名/``getattr``/可调用对象/代码副本，或经由别的库代码执行到都算。"""
     from tformer_lib import moe
 
     def runs(f):
@@ -445,7 +524,7 @@ def check_predict_dropped(fn: Callable[..., Any], *, verbose: bool = True) -> Ch
     forbidden = tuple(getattr(moe, name) for name in moe.__all__)
     return run_checks("容量因子与丢弃的任务", fn,
                       [("8 次真实的路由与分派（随机的 E、k、N、容量因子与偏斜，含几乎全挤向一个专家的路由）", runs)],
-                      verbose=verbose, forbidden=forbidden)
+                      verbose=verbose, forbidden=forbidden, trace_forbidden=True)
 
 
 # ---- 实现：缩放后的 RoPE 频率 -------------------------------------------------------------------------------
@@ -455,7 +534,13 @@ def check_scaled_rope_frequencies(fn: Callable[..., Any], *, verbose: bool = Tru
     """检查 ``fn(d, base, kind, factor) -> theta``：每头维度 ``d``（偶数）、RoPE 的 ``base``，``kind`` 为 ``"linear"``
     （位置插值：所有频率除以 s）或 ``"ntk"``（NTK-aware：base 换成 :math:`b\\,s^{d/(d-2)}`），``factor`` = s；
     返回缩放后的 d/2 个频率 :math:`\\theta'_i` ``(d/2,)``（未缩放时 :math:`\\theta_i = b^{-2i/d}`）。
-    与 :func:`~tformer_lib.rope_scaling.rope_frequencies` 比较，它与 ``scaled_rope_angles`` 等库函数禁用。"""
+    与 :func:`~tformer_lib.rope_scaling.rope_frequencies` 比较。
+
+    禁用（❌ ``library_call``）：``tformer_lib.rope_scaling`` 里的 ``rope_frequencies``、``scaled_rope_angles``、
+    ``yarn_attention_factor``、``RopeScaling``，``tformer_lib.positional`` 的 ``rope_angles``、``apply_rope``、
+    ``RopeTables``——直接、经由别名/``getattr``/默认参数/可调用对象/代码副本，或经由别的库代码执行到它们都算：
+    ``LMConfig(rope_scaling=…)``（它构造 ``RopeScaling``、调用 ``rope_frequencies``）、``make_lm(cfg).rope_tables(…)``、
+    注意力层里的 RoPE 表都走这几条路。"""
     from tformer_lib import rope_scaling
 
     def cases(f):
@@ -488,9 +573,9 @@ def check_scaled_rope_frequencies(fn: Callable[..., Any], *, verbose: bool = Tru
             compare(got, want, variants=_distinct(variants, want), what=f"{call}的结果", atol=1e-12, rtol=1e-5,
                     default_hint=f"{call}：linear 是 θ_i / s；ntk 是 (b·s^(d/(d−2)))^(−2i/d)")
 
-    from tformer_lib.positional import apply_rope, rope_angles
+    from tformer_lib.positional import RopeTables, apply_rope, rope_angles
 
     return run_checks("缩放后的 RoPE 频率", fn, [("8 组随机的 d、base、缩放方式与倍数（含 d = 128、s = 4）", cases)],
                       verbose=verbose, forbidden=(rope_scaling.rope_frequencies, rope_scaling.scaled_rope_angles,
                                                   rope_scaling.yarn_attention_factor, rope_scaling.RopeScaling,
-                                                  rope_angles, apply_rope))
+                                                  rope_angles, apply_rope, RopeTables), trace_forbidden=True)
