@@ -156,3 +156,48 @@ def test_moe_validation_labels_and_bad_input(render):
         plot_moe_validation([{"arm": "top1", "seed": 0, "evals": []}])
     with pytest.raises(ValueError, match=r"runs\[0\].*evals"):
         plot_moe_validation([{"arm": "top1", "seed": 0}])
+
+
+def test_expert_load_one_layer_and_shared_y(render):
+    """一层的 MoE 也画得出（以前 new_figure 只返回一个 Axes 而崩溃）；多层时各面板真的共用纵轴。"""
+    runs, shares = _load_runs()
+    one = [{**runs[1], "load": [{**rec, "shares": rec["shares"][:1]} for rec in runs[1]["load"]]}]
+    fig = render(plot_expert_load(one, arm="top1"))
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 1 and axes[0].get_title() == "第 1 层"
+    assert [line.get_ydata()[-1] for line in _curves(axes[0])[:4]] == pytest.approx(shares[-1, 0])
+    fig = render(plot_expert_load(runs, arm="top1"))
+    first, *others = [ax for ax in fig.axes if ax.get_visible()]
+    others[-1].set_ylim(0, 0.9)  # 改一个面板的纵轴，其余的跟着变
+    assert first.get_ylim() == pytest.approx((0, 0.9))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_numbers_are_named(bad):
+    runs, _ = _load_runs()
+    runs[1]["load"][2]["shares"][1][3] = bad
+    with pytest.raises(ValueError, match=r"load\[2\]\['shares'\].*有限.*下标 \(1, 3\)"):
+        plot_expert_load(runs, arm="top1")
+    runs, _ = _load_runs()
+    runs[1]["load"][0]["step"] = bad
+    with pytest.raises(ValueError, match=r"load\[0\]\['step'\]"):
+        plot_expert_load(runs, arm="top1")
+    rows = [dict(r) for r in CAPACITY]
+    rows[4]["drop_rate"] = bad
+    with pytest.raises(ValueError, match=r"capacity_rows\[4\]\['drop_rate'\]"):
+        plot_capacity_drop(rows)
+    runs, _ = _load_runs()
+    runs[1]["evals"] = [{"step": 0, "valid_loss": 8.4}, {"step": 100, "valid_loss": bad}]
+    with pytest.raises(ValueError, match=r"runs\[1\]\['evals'\]\[1\]\['valid_loss'\]"):
+        plot_moe_validation(runs)
+
+
+def test_non_numbers_are_named():
+    rows = [dict(r) for r in CAPACITY]
+    rows[0]["capacity_factor"] = "1.25"
+    with pytest.raises(ValueError, match=r"capacity_rows\[0\]\['capacity_factor'\]"):
+        plot_capacity_drop(rows)
+    runs, _ = _load_runs()
+    runs[0]["evals"] = [{"step": [0, 1], "valid_loss": 8.4}]
+    with pytest.raises(ValueError, match=r"runs\[0\]\['evals'\]\[0\]\['step'\]"):
+        plot_moe_validation(runs)

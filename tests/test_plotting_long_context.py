@@ -155,3 +155,36 @@ def test_rope_frequencies_bad_arguments_are_named(render):
         plot_rope_frequencies(original_max_len=0)
     fig = render(plot_rope_frequencies(d=8, factor=1.0, title="不缩放"))  # s = 1：四条线重合，不画 YaRN 的分段
     assert fig.axes[0].get_title() == "不缩放" and len(_curves(fig.axes[0])) == 4
+
+
+def test_nan_positions_are_skipped_and_inf_is_named(render):
+    """NaN = 那个位置没有可计的目标：平均时跳过，整窗都没有数时曲线断开；±inf 是错误。"""
+    evals = _evals(explode=False)
+    rows = [e for e in evals if e["method"] == "alibi" and e["eval_len"] == 16]
+    rows[0]["position_loss"][3] = float("nan")  # 种子 0 的位置 3 没有目标：那里只用种子 1
+    for e in rows:
+        e["position_loss"][-2:] = [float("nan")] * 2  # 最后两个位置两个种子都没有目标
+    fig = render(plot_position_loss(evals, eval_len=16, train_len=8, smooth=2, methods=["alibi"]))
+    y = _curves(fig.axes[0])[0].get_ydata()
+    a, b = (np.array(e["position_loss"]) for e in rows)
+    assert y[2] == pytest.approx((a[2] + b[2] + b[3]) / 3)  # 窗口 {2, 3} 里有 3 个数
+    assert y[13] == pytest.approx((a[13] + b[13]) / 2)  # 窗口 {13, 14}：14 没有数
+    assert np.isnan(y[14])  # 窗口 {14, 15} 全空：断开
+    for e in rows:
+        e["position_loss"] = [float("nan")] * 16
+    with pytest.raises(ValueError, match="'alibi'.*NaN"):
+        plot_position_loss(evals, eval_len=16, methods=["alibi"])
+    evals = _evals()
+    evals[1]["position_loss"][5] = float("inf")
+    with pytest.raises(ValueError, match=r"evals\[1\]\['position_loss'\].*下标 5"):
+        plot_position_loss(evals, eval_len=16)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"factor": "4"}, "factor"), ({"factor": float("nan")}, "factor"), ({"base": 1.0}, "base"),
+    ({"base": True}, "base"), ({"d": 2}, "d"), ({"d": 9.0}, "d"), ({"original_max_len": 64.0}, "original_max_len"),
+    ({"title": 3}, "title"),
+])
+def test_rope_frequencies_checks_every_argument_up_front(kwargs, name):
+    with pytest.raises((TypeError, ValueError), match=f"^{name}"):
+        plot_rope_frequencies(**kwargs)

@@ -110,7 +110,7 @@ def check_capacity_keep(fn: Callable[..., Any], *, verbose: bool = True) -> Chec
 
     def cases(f):
         for i, g in enumerate(random_cases(10, seed=161)):
-            if i == 0:  # 本章的小例子：6 个词元、3 个专家、k = 2、容量 2
+            if i == 0:  # 手算得出的小例子：6 个词元、3 个专家、k = 2、容量 2（专家 0 收到 3 份第一选择，第 3 份丢弃）
                 choices, n_experts, capacity = torch.tensor([[0, 1], [0, 2], [0, 1], [1, 0], [2, 0], [1, 2]]), 3, 2
             else:
                 n_experts = draw_choice(g, (2, 3, 4, 8))

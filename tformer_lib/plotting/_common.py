@@ -57,6 +57,32 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def finite_array(value: Any, name: str, *, allow_nan: bool = False) -> np.ndarray:
+    """结果文件里的一串数（或嵌套的数表）转成 float 数组，并检查都是有限的数。
+
+    ``name`` 是这串数在输入里的完整路径（如 ``"load[3]['shares']"``），写进错误信息；``allow_nan=True`` 时
+    NaN 可以有（“这里没有数据”，图上画成断开），±inf 仍然不行。
+    """
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} 应是数值（或数值表），收到 {type(value).__name__}") from exc
+    bad = np.isinf(arr) if allow_nan else ~np.isfinite(arr)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0]) if arr.ndim else ()
+        at = f"（下标 {where[0] if len(where) == 1 else where}）" if where else ""
+        allowed = "有限的数或 NaN" if allow_nan else "有限的数"
+        raise ValueError(f"{name} 应是{allowed}，收到 {arr[bad].flat[0]}{at}")
+    return arr
+
+
+def finite_number(value: Any, name: str) -> float:
+    """结果文件里的一个数：有限的实数（不是列表、字符串或布尔值）；``name`` 是它在输入里的完整路径。"""
+    if isinstance(value, (bool, str, bytes)) or np.ndim(value) != 0:
+        raise ValueError(f"{name} 应是一个有限的数，收到 {value!r}")
+    return float(finite_array(value, name))
+
+
 def check_result_rows(rows: Any, needed: Sequence[str], source: str) -> list[Mapping]:
     """结果文件里的 ``rows``：非空的字典列表，每行都有 ``needed`` 里的字段；``source`` 是文件名（写进错误信息）。"""
     if isinstance(rows, (Mapping, str, bytes)) or not isinstance(rows, Sequence) or not rows:

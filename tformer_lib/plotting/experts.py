@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tformer_lib.plotting._common import new_figure
+from tformer_lib.plotting._common import blank_figure, finite_array, finite_number, new_figure
 
 __all__ = ["plot_expert_load", "plot_capacity_drop", "plot_moe_validation"]
 
@@ -79,20 +79,18 @@ def plot_expert_load(runs: Sequence[Mapping], *, arm: str, seed: int = 0, title:
     for i, rec in enumerate(load):
         if not isinstance(rec, Mapping) or "step" not in rec or "shares" not in rec:
             raise ValueError(f"load[{i}] 应是含 step 与 shares 的字典")
-        try:
-            s = np.asarray(rec["shares"], dtype=float)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"load[{i}]['shares'] 应是 [层][专家] 的数值表") from exc
+        s = finite_array(rec["shares"], f"load[{i}]['shares']")
         if s.ndim != 2 or s.size == 0 or (shares and s.shape != shares[0].shape):
             want = f"与 load[0] 相同的形状 {shares[0].shape}" if shares else "二维 [层][专家]"
             raise ValueError(f"load[{i}]['shares'] 应是{want}，收到形状 {s.shape}")
-        steps.append(float(rec["step"]))
+        steps.append(finite_number(rec["step"], f"load[{i}]['step']"))
         shares.append(s)
     data = np.stack(shares)  # (记录数, 层数, 专家数)
     _, n_layers, n_experts = data.shape
     ncols = min(n_layers, 4)
     nrows = -(-n_layers // ncols)
-    fig, axes = new_figure((3.1 * ncols + 0.8, 2.9 * nrows + 0.9), nrows, ncols, sharey=True)
+    fig = blank_figure((3.1 * ncols + 0.8, 2.9 * nrows + 0.9))
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)  # (nrows, ncols)：一层也是二维数组
     flat = list(axes.ravel())
     top = max(float(data.max()), 1.0 / n_experts) * 1.12
     for layer, ax in enumerate(flat[:n_layers]):
@@ -121,8 +119,10 @@ def plot_capacity_drop(capacity_rows: Sequence[Mapping], *, title: str | None = 
     ``capacity_rows`` 是 moe.json 的 ``capacity``（每行 ``arm, seed, capacity_factor, drop_rate, valid_loss``，
     ``drop_rate`` 是 0–1 的比例，图中乘 100）。每组一种颜色：实线连的是各种子的平均，空心点是各个种子。
     """
-    rows = _rows(capacity_rows, ("arm", "seed", "capacity_factor", "drop_rate", "valid_loss"), "capacity_rows",
-                 "moe.json 的 'capacity'")
+    keys = ("capacity_factor", "drop_rate", "valid_loss")
+    rows = _rows(capacity_rows, ("arm", "seed", *keys), "capacity_rows", "moe.json 的 'capacity'")
+    rows = [{**row, **{k: finite_number(row[k], f"capacity_rows[{i}]['{k}']") for k in keys}}
+            for i, row in enumerate(rows)]
     labels = _moe_labels()
     arms = _unique(str(r["arm"]) for r in rows)
     factors = sorted({float(r["capacity_factor"]) for r in rows})
@@ -175,8 +175,8 @@ def plot_moe_validation(runs: Sequence[Mapping], *, labels: Mapping[str, str] | 
             raise ValueError(f"runs[{i}]['evals'] 应是非空的 [{{step, valid_loss}}] 列表")
         if not all(isinstance(e, Mapping) and "step" in e and "valid_loss" in e for e in evals):
             raise ValueError(f"runs[{i}]['evals'] 的每一项应是含 step 与 valid_loss 的字典")
-        steps = [float(e["step"]) for e in evals]
-        losses = [float(e["valid_loss"]) for e in evals]
+        steps = [finite_number(e["step"], f"runs[{i}]['evals'][{j}]['step']") for j, e in enumerate(evals)]
+        losses = [finite_number(e["valid_loss"], f"runs[{i}]['evals'][{j}]['valid_loss']") for j, e in enumerate(evals)]
         later += [v for s, v in zip(steps, losses) if s > 0]
         arm = str(run["arm"])
         style = _SEED_STYLES[seeds.index(run["seed"]) % len(_SEED_STYLES)]

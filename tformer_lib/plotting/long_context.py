@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tformer_lib.plotting._common import check_positive_int, new_figure
+from tformer_lib.plotting._common import check_positive_int, finite_array, finite_number, new_figure
 
 __all__ = ["plot_position_loss", "plot_rope_frequencies"]
 
@@ -66,7 +66,8 @@ def plot_position_loss(evals: Sequence[Mapping], *, eval_len: int = 256, methods
     ``evals`` 是 ``measure_long_context`` 结果的 ``evals``（也可以直接给整个结果字典）；``methods`` 选画哪些方法、按什么顺序
     （默认按 :data:`~tformer_lib.experiments.long_context.METHOD_LABELS` 的顺序画数据里有的全部）；``labels`` 覆盖图例里的中文名。
     滑动平均的窗口居中：第 k 个点画在它覆盖的 ``smooth`` 个位置的中点。竖直虚线是训练长度 ``train_len``：它右边的位置训练时没见过。
-    同一种缩放不微调用实线、微调后用虚线，颜色相同。
+    同一种缩放不微调用实线、微调后用虚线，颜色相同。``position_loss`` 里的 NaN 表示那个位置没有可计的目标：平均时跳过，
+    整个窗口都没有数时曲线在那里断开；±inf 是错误。
 
     纵轴的选择：交叉熵本身是对数量（nats），正常的曲线在 4–6 之间、不缩放的 RoPE 过了训练长度会冲到 10 以上——
     范围不到 10 倍，对数纵轴帮不上忙，只会把平的曲线之间的差别压扁。所以纵轴是**裁剪**的：上沿取
@@ -106,21 +107,25 @@ def plot_position_loss(evals: Sequence[Mapping], *, eval_len: int = 256, methods
         for i, e in enumerate(evals):
             if e["eval_len"] != eval_len or e["method"] != m:
                 continue
-            try:
-                loss = np.asarray(e["position_loss"], dtype=float)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"evals[{i}]['position_loss'] 应是数值列表") from exc
+            loss = finite_array(e["position_loss"], f"evals[{i}]['position_loss']", allow_nan=True)
             if loss.shape != (eval_len,):
                 raise ValueError(f"evals[{i}]['position_loss'] 应有 eval_len={eval_len} 个数，收到形状 {loss.shape}")
             rows.append(loss)
-        mean = np.mean(rows, axis=0)  # (eval_len,)：各种子平均
-        y = np.convolve(mean, np.ones(k) / k, mode="valid")  # (eval_len − k + 1,)
+        known = ~np.isnan(np.stack(rows))  # (种子数, eval_len)：NaN = 这个位置没有可计的目标
+        total = np.where(known, np.stack(rows), 0.0).sum(axis=0)  # (eval_len,)
+        window = np.ones(k)
+        counted = np.convolve(known.sum(axis=0), window, mode="valid")  # (eval_len − k + 1,)：窗口里有数的个数
+        summed = np.convolve(total, window, mode="valid")  # 各种子、窗口内的损失之和
+        if not counted.any():
+            raise ValueError(f"方法 {m!r} 在 eval_len={eval_len} 上每个位置都是 NaN：没有可画的损失")
+        y = np.where(counted > 0, summed / np.maximum(counted, 1), np.nan)  # 各种子与窗口一起平均；全空的窗口断开
         x = np.arange(len(y)) + (k - 1) / 2  # 窗口的中点
         curves[m] = (x, y)
-    lo = min(float(y.min()) for _, y in curves.values())
-    hi = max(float(y.max()) for _, y in curves.values())
+    lo = min(float(np.nanmin(y)) for _, y in curves.values())
+    hi = max(float(np.nanmax(y)) for _, y in curves.values())
     if ymax is None:
-        inside = [float(np.median(y[x < train_len])) for x, y in curves.values() if np.any(x < train_len)]
+        inside = [float(np.nanmedian(y[x < train_len])) for x, y in curves.values()
+                  if np.any(~np.isnan(y[x < train_len]))]
         cap = (max(inside) if inside else lo) + _CLIP_MARGIN
         top = cap if hi > cap else hi + max(0.05 * (hi - lo), 0.05)
     else:
@@ -131,8 +136,8 @@ def plot_position_loss(evals: Sequence[Mapping], *, eval_len: int = 256, methods
     for m, (x, y) in curves.items():
         color, ls = _style(m, methods)
         label = names.get(m, m)
-        if y.max() > top:
-            label += f"（超出图框，最高 {y.max():.1f}）"
+        if np.nanmax(y) > top:
+            label += f"（超出图框，最高 {np.nanmax(y):.1f}）"
             first = int(np.argmax(y > top))
             ax.plot([x[first]], [top], marker="^", ms=9, color=color, ls="none", clip_on=False, zorder=5)
         ax.plot(x, y, ls=ls, lw=1.7, color=color, label=label)
@@ -158,9 +163,23 @@ def plot_rope_frequencies(d: int = 32, base: float = 10000.0, factor: float = 4.
     YaRN 用 ``original_max_len`` = 训练长度 L）。两条水平线是 L 与 s·L：波长比 L 长的维度在训练里连一圈都没转完。
     图上能看出：PI 把每一对的波长都乘 s；NTK 最高频（i = 0）不动、最低频正好乘 s、中间平滑过渡；YaRN 分三段——
     转得快的不动、转得慢的做 PI、中间线性过渡（浅色底是过渡段）。
+
+    参数一开始就检查：``d`` 是 ≥ 4 的偶数（NTK-aware 需要至少两对），``base`` > 1，``factor`` ≥ 1，
+    ``original_max_len`` 是正整数。
     """
     from tformer_lib.rope_scaling import RopeScaling, rope_frequencies
 
+    d = check_positive_int(d, "d", minimum=4)  # NTK-aware 需要至少两对维度
+    if d % 2:
+        raise ValueError(f"d 应是偶数（每头维度，两两成对旋转），收到 {d}")
+    base, factor = finite_number(base, "base"), finite_number(factor, "factor")
+    if base <= 1:
+        raise ValueError(f"base 应大于 1（θ_i = b^(-2i/d) 随 i 变小），收到 {base:g}")
+    if factor < 1:
+        raise ValueError(f"factor 应 ≥ 1（s = 想读的长度 / 训练长度），收到 {factor:g}")
+    original_max_len = check_positive_int(original_max_len, "original_max_len")
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title 应是字符串或 None，收到 {type(title).__name__}")
     theta, _ = rope_frequencies(d, base)
     variants = [
         ("不缩放", None, "#333333", "o"),
