@@ -118,14 +118,15 @@ def serve_in_thread():
 
 
 def _sgd_reference(model, blocks, steps: int, batch: int, lr: float):
-    """并行训练要等于的单进程参照：``model`` 的一份拷贝用 SGD 整批训练 ``steps`` 步（损失是整批非 PAD 目标的平均）。
+    """并行训练要等于的单进程参照：``model`` 的一份拷贝用 SGD 整批训练 ``steps`` 步（损失是整批目标的平均；
+    与第 9 章相同，PAD 与 BOS 目标不计——这里直接写出掩码，不借用库的 ``loss_targets``）。
 
     返回 (每步的损失, 训练后的参数 {名字: 张量})；``model`` 本身不变。
     """
     import torch.nn.functional as F
 
     from tformer_lib.lm import make_lm
-    from tformer_lib.specials import PAD
+    from tformer_lib.specials import BOS, PAD
 
     ref = make_lm(model.config)
     ref.load_state_dict(model.state_dict())
@@ -134,7 +135,8 @@ def _sgd_reference(model, blocks, steps: int, batch: int, lr: float):
     for s in range(steps):
         b = blocks[s * batch : (s + 1) * batch]  # (batch, T+1)
         optimizer.zero_grad()
-        loss = F.cross_entropy(ref(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten(), ignore_index=PAD)
+        targets = torch.where(b[:, 1:] == BOS, PAD, b[:, 1:])  # (batch, T)：下一篇文档的 BOS 不用预测
+        loss = F.cross_entropy(ref(b[:, :-1]).flatten(0, 1), targets.flatten(), ignore_index=PAD)
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))

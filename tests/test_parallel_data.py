@@ -9,7 +9,7 @@ q·b_k 不变），只剩舍入噪声，Adam 把噪声放大成可见的更新�
 import pytest
 import torch
 
-from tformer_lib import PAD
+from tformer_lib import BOS, PAD
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.parallel.comm import data_parallel_payload, ring_all_reduce_bytes
 from tformer_lib.parallel.data_parallel import (
@@ -25,16 +25,35 @@ STEPS, BATCH, LR = 4, 8, 1e-2
 
 
 def _uneven_pad_blocks(n=32, length=9, seed=2):
-    """每块随机保留 2…length 个真实词元，其余是 PAD：各进程每步的真实目标数不同。"""
+    """每块随机保留 2…length 个真实词元，其余是 PAD：各进程每步的真实目标数不同。
+    奇数行在位置 4 开始第二篇文档（BOS；那一行够长时）：BOS 作为目标不计损失。"""
     gen = torch.Generator().manual_seed(seed)
     blocks = torch.randint(4, 30, (n, length), generator=gen)
     keep = torch.randint(2, length + 1, (n,), generator=gen)
     blocks[torch.arange(length) >= keep[:, None]] = PAD  # (n, length)：每行尾部填充
+    blocks[1::2, 4] = torch.where(keep[1::2] > 4, BOS, blocks[1::2, 4])
     return blocks
 
 
 def _targets_per_rank(blocks, step):
-    return [int((blocks[rank_batches(len(blocks), BATCH, r, 2)[step]][:, 1:] != PAD).sum()) for r in range(2)]
+    targets = [blocks[rank_batches(len(blocks), BATCH, r, 2)[step]][:, 1:] for r in range(2)]
+    return [int(((t != PAD) & (t != BOS)).sum()) for t in targets]
+
+
+def test_global_mean_loss_counts_what_chapter_9_counts():
+    """没有进程组时 global_mean_lm_loss 的值 = 手写的交叉熵平均：PAD 与 BOS 目标都不计（第 9 章的 loss_targets）。"""
+    torch.manual_seed(0)
+    model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16))
+    blocks = _uneven_pad_blocks()
+    assert (blocks[:, 1:] == BOS).any()
+    loss, value = global_mean_lm_loss(model, blocks)
+    logits = model(blocks[:, :-1])  # (n, L, V)
+    counted = (blocks[:, 1:] != PAD) & (blocks[:, 1:] != BOS)  # (n, L)
+    want = torch.nn.functional.cross_entropy(logits[counted], blocks[:, 1:][counted])
+    assert value == pytest.approx(float(want), rel=1e-6)
+    assert float(loss) == pytest.approx(float(want), rel=1e-6)  # p = 1：交给 backward 的也是它
+    with_bos = torch.nn.functional.cross_entropy(logits.flatten(0, 1), blocks[:, 1:].flatten(), ignore_index=PAD)
+    assert abs(float(with_bos) - value) > 1e-3  # 把 BOS 也算进去就不同：这个测试分得出两者
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@
 import pytest
 import torch
 
-from tformer_lib import PAD
+from tformer_lib import BOS, PAD
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.moe import MoEFeedForward
 from tformer_lib.parallel.data_parallel import train_single_process
@@ -29,6 +29,7 @@ def _blocks(n=24, length=9, seed=3):
     blocks = torch.randint(4, 30, (n, length), generator=gen)
     keep = torch.randint(3, length + 1, (n,), generator=gen)
     blocks[torch.arange(length) >= keep[:, None]] = PAD  # (n, length)：各进程的目标数不同
+    blocks[::3, 4] = torch.where(keep[::3] > 4, BOS, blocks[::3, 4])  # 第二篇文档的 BOS：作为目标不计
     return blocks
 
 

@@ -1,6 +1,7 @@
 """流水线并行（2 段、2 个进程、gloo、4 个微批）：手写 GPipe、手写 1F1B（send/recv）与 torch.distributed.pipelining
 的 ScheduleGPipe、Schedule1F1B，SGD 训练 3 步后与单进程整批训练的损失（相对 1e-6）、参数（≤ 1e-6）一致——
-数据是带 PAD 尾巴的块，各微批的 PAD 多少不一（有一个微批全是 PAD）：按微批求平均再平均就会不同。
+数据是带 PAD 尾巴的块，各微批的 PAD 多少不一（有一个微批全是 PAD）：按微批求平均再平均就会不同；
+块中间有第二篇文档的 BOS，它作为目标不计损失（与第 9 章相同）。
 """
 
 import pytest
@@ -10,13 +11,14 @@ from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.parallel import launch
 from tformer_lib.parallel.comm import pipeline_payload
 from tformer_lib.parallel.pipeline import LMStage, PIPELINE_MODES, bubble_fraction, pipeline_worker, split_points
-from tformer_lib.specials import PAD
+from tformer_lib.specials import BOS, PAD
 
 STEPS, BATCH, MICRO, LR = 3, 8, 4, 0.5
 
 
 def padded_blocks(n_blocks: int, length: int, micro_batches: int, batch_size: int = BATCH) -> torch.Tensor:
-    """打包的块、尾巴填 PAD，PAD 的多少随行而变：每步里各微批的非 PAD 目标数都不同，每步的第一个微批全是 PAD。"""
+    """打包的块、尾巴填 PAD，PAD 的多少随行而变：每步里各微批的目标数都不同，每步的第一个微批全是 PAD。
+    够长的行在位置 3 开始第二篇文档（BOS）。"""
     g = torch.Generator().manual_seed(7)
     blocks = torch.randint(4, 30, (n_blocks, length), generator=g)
     rows_per_micro = batch_size // micro_batches
@@ -24,7 +26,13 @@ def padded_blocks(n_blocks: int, length: int, micro_batches: int, batch_size: in
         micro = (row % batch_size) // rows_per_micro
         keep = 1 if micro == 0 else 2 + (row * 5 + micro) % (length - 1)  # 第 0 个微批：只留第一个词元，目标全是 PAD
         blocks[row, keep:] = PAD
+        if keep > 5:
+            blocks[row, 3] = BOS
     return blocks
+
+
+def _counted(targets: torch.Tensor) -> int:
+    return int(((targets != PAD) & (targets != BOS)).sum())
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +48,9 @@ def problem(sgd_reference):
 def test_the_padded_blocks_make_per_micro_batch_means_differ_from_the_batch_mean():
     blocks = padded_blocks(STEPS * BATCH, 9, MICRO)
     for s in range(STEPS):
-        counts = [int((mb[:, 1:] != PAD).sum()) for mb in blocks[s * BATCH : (s + 1) * BATCH].chunk(MICRO)]
-        assert counts[0] == 0 and len(set(counts)) == MICRO, counts  # 各微批的非 PAD 目标数两两不同
+        counts = [_counted(mb[:, 1:]) for mb in blocks[s * BATCH : (s + 1) * BATCH].chunk(MICRO)]
+        assert counts[0] == 0 and len(set(counts)) == MICRO, counts  # 各微批的目标数两两不同
+    assert int((blocks[:, 1:] == BOS).sum()) >= STEPS  # 每步都有不计损失的 BOS 目标
 
 
 @pytest.mark.distributed

@@ -31,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from .._checks import finite_positive, positive_int, tensor_with_dim
+from ..lm.data import loss_targets
 from ..specials import PAD
 from .comm import record
 from .launch import launch
@@ -80,8 +81,9 @@ def global_batches(n_samples: int, batch_size: int, world_size: int, seed: int =
 
 
 def lm_loss(model, block: torch.Tensor) -> torch.Tensor:
-    """本进程自己的平均损失（只对本进程的目标求平均；PAD 不均匀时不是整批的平均，见 :func:`global_mean_lm_loss`）。"""
-    inputs, targets = block[:, :-1], block[:, 1:]  # (b, L), (b, L)
+    """本进程自己的平均损失（只对本进程的目标求平均；PAD 不均匀时不是整批的平均，见 :func:`global_mean_lm_loss`）。
+    目标与第 9 章相同（:func:`~tformer_lib.lm.data.loss_targets`）：PAD 与 BOS 不计。"""
+    inputs, targets = loss_targets(block)  # (b, L), (b, L)：BOS 目标已记作 PAD
     logits = model(inputs)  # (b, L, V)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)  # logits 展平为 (b·L, V)
 
@@ -92,12 +94,13 @@ def global_mean_lm_loss(model, block: torch.Tensor) -> tuple[torch.Tensor, float
     ``loss`` 交给 ``backward``：本进程的损失总和 × p / 全局非 PAD 目标数 N（各进程梯度再求平均，就是
     Σ_r 总和_r / N 的梯度——与一个进程算整批相同，PAD 不均匀也一样）。``value`` 是整批的平均损失
     Σ_r 总和_r / N（各进程相同，用于日志）。为此每步多一次只有两个数的 all-reduce（float64：目标数精确）。
-    没有进程组时 p = 1，就是普通的“总和 / 目标数”。``block`` 是 ``(b, L+1)`` 的词元块（输入与目标错开一位）。
+    没有进程组时 p = 1，就是普通的“总和 / 目标数”。``block`` 是 ``(b, L+1)`` 的词元块（输入与目标错开一位）；
+    目标与第 9 章的训练相同（:func:`~tformer_lib.lm.data.loss_targets`）：PAD 与 BOS 都不计，N 也不数它们。
     """
     _token_blocks("block", block, "(b, L+1)")
     if block.shape[1] < 2:
         raise ValueError(f"block 每行至少要 2 个词元（输入与目标错开一位），收到形状 {tuple(block.shape)}")
-    inputs, targets = block[:, :-1], block[:, 1:]  # (b, L), (b, L)
+    inputs, targets = loss_targets(block)  # (b, L), (b, L)：BOS 目标已记作 PAD
     logits = model(inputs)  # (b, L, V)
     total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD, reduction="sum")  # 展平为 (b·L, V)
     stats = torch.tensor([float(total.detach()), float((targets != PAD).sum())], dtype=torch.float64,

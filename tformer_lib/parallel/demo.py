@@ -25,6 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from .._checks import finite_positive, positive_int
+from ..lm.data import loss_targets
 from ..specials import PAD
 from .comm import data_parallel_payload, pipeline_payload, tensor_parallel_payload
 from .data_parallel import train_lm_worker, train_single_process
@@ -375,8 +376,9 @@ def _single_sgd(model, blocks, steps, batch_size, lr):
     for s in range(steps):
         b = blocks[s * batch_size : (s + 1) * batch_size]
         optimizer.zero_grad()
-        logits = ref(b[:, :-1])  # (B, T, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), b[:, 1:].flatten(), ignore_index=PAD)
+        inputs, targets = loss_targets(b)  # (B, T), (B, T)：PAD 与 BOS 目标不计
+        logits = ref(inputs)  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))

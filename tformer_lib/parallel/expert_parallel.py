@@ -25,6 +25,7 @@ from torch import nn
 
 from .._checks import positive_int
 from ..moe import MoEFeedForward, combine, dispatch, plan_dispatch
+from ..lm.data import loss_targets
 from ..specials import PAD
 from .all_to_all import AllToAll, all_to_all
 from .comm import recording
@@ -135,7 +136,7 @@ def _global_name(name: str, model) -> str:
 
 def _group_objective(model, block: torch.Tensor, n_targets: float, n_groups: int) -> tuple[torch.Tensor, float]:
     """一组词元的目标函数：交叉熵总和 / 全局目标数 + 路由辅助损失 / 组数。返回 ``(objective, 交叉熵总和)``。"""
-    inputs, targets = block[:, :-1], block[:, 1:]  # (b, L), (b, L)
+    inputs, targets = loss_targets(block)  # (b, L), (b, L)：PAD 与 BOS 目标不计
     logits = model(inputs)  # (b, L, V)
     total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD, reduction="sum")  # (b·L, V)
     return total / n_targets + model.moe_loss() / n_groups, float(total.detach())
@@ -151,7 +152,7 @@ def _ep_worker(rank: int, world_size: int, config_dict: dict, state: dict, block
     losses, sent = [], []
     for step in range(steps):
         block = blocks[batches[step]]  # (b, L+1)
-        stats = torch.tensor([0.0, float((block[:, 1:] != PAD).sum())], dtype=torch.float64)
+        stats = torch.tensor([0.0, float((loss_targets(block)[1] != PAD).sum())], dtype=torch.float64)
         dist.all_reduce(stats)  # 全局目标数
         optimizer.zero_grad(set_to_none=True)
         with recording() as log:
@@ -201,7 +202,7 @@ def train_moe_groups(model, blocks: torch.Tensor, steps: int, batch_size: int, l
     losses = []
     for indices in global_batches(len(blocks), batch_size, world_size, seed)[:steps]:
         batch = blocks[indices]  # (B, L+1)：前 B/p 块是 rank 0 的，依此类推
-        n_targets = max(1.0, float((batch[:, 1:] != PAD).sum()))
+        n_targets = max(1.0, float((loss_targets(batch)[1] != PAD).sum()))
         optimizer.zero_grad(set_to_none=True)
         objective, total = torch.zeros(()), 0.0
         for group in batch.split(per_group):  # 组 r = 专家并行里 rank r 的那一片

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..positional import RopeTables
+from ..lm.data import loss_targets
 from ..specials import PAD
 from .comm import record, recording
 from .schedule import PipelineEvent, idle_fraction, stage_order
@@ -213,7 +214,7 @@ def pipeline_worker(rank: int, world_size: int, mode: str, config_dict: dict, st
     with recording() as sent:
         for step in range(steps):
             batch = blocks[step * batch_size : (step + 1) * batch_size]
-            inputs, targets = batch[:, :-1], batch[:, 1:]  # (B, T), (B, T)
+            inputs, targets = loss_targets(batch)  # (B, T), (B, T)：PAD 与 BOS 目标不计，与第 9 章相同
             optimizer.zero_grad(set_to_none=True)
             total = torch.zeros((), dtype=torch.float64)
             if schedule is not None:
