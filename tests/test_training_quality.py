@@ -107,7 +107,7 @@ def test_toy_translation_reaches_95_percent_on_order_swapped_test_split(toy):
     assert translate(model, "狗 咬 人", sv, tv) == "the dog bites the person"
     assert translate(model, "人 咬 狗", sv, tv) == "the person bites the dog"  # 只在测试集里
     assert translate(model, "人工智能改变世界", sv, tv) == "artificial intelligence changes the world"
-    # 种子文章第 5 章的例子：短语说完就停（输出 EOS）
+    # 文章 B 的例子（第 5 章）：短语说完就停（输出 EOS）
     assert translate(model, ["人工智能", "狗", "三 只 小 猫"], sv, tv) == [
         "artificial intelligence", "the dog", "three small cats"]
 

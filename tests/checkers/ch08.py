@@ -80,7 +80,7 @@ def peak_measured(batch, heads, n, d_k, block_size):
     return largest_tensor_bytes(lambda: tiled_attention(q, q, q, block_size=block_size))
 
 
-# ---- 练习 4（扩展）：GQA 的 KV 缓存 -------------------------------------------------------------------
+# ---- 练习 4（扩展）：GQA 的 K/V 缓存 -------------------------------------------------------------------
 
 
 def gqa_ref(n_layers, d_model, n_heads, n_kv_heads, bytes_per_element):

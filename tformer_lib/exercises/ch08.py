@@ -1,5 +1,5 @@
 """第 8 章练习的检查器（checker）：FlashAttention 一步更新（找错）、解码器层的交叉点长度（推导）、
-逐块注意力的最大中间张量（预测再验证）、分组查询注意力的 KV 缓存（扩展）。
+逐块注意力的最大中间张量（预测再验证）、分组查询注意力的 K/V 缓存（扩展）。
 
 用 :mod:`tformer_lib.exercises._core` 的框架：桩 → “⏳ 尚未完成”（不抛异常）；通过 → ✅；
 未通过 → ❌ 加一句点名常见错误的提示。每个检查器都在几组随机的大小上运行（写死书中例子的答案不会通过），
@@ -180,7 +180,7 @@ def check_tiled_peak_bytes(fn: Callable[[int, int, int, int, int], Any], *, verb
     ], verbose=verbose)
 
 
-# ---- 练习（扩展）：分组查询注意力的 KV 缓存 -----------------------------------------------------------
+# ---- 练习（扩展）：分组查询注意力的 K/V 缓存 -----------------------------------------------------------
 
 
 def check_gqa_kv_bytes(fn: Callable[[int, int, int, int, int], Any], *, verbose: bool = True) -> CheckResult:
@@ -213,7 +213,7 @@ def check_gqa_kv_bytes(fn: Callable[[int, int, int, int, int], Any], *, verbose:
     def mha_case(f):
         one(f, 6, 512, 8, 8, 4)  # n_kv_heads = n_heads：退化成普通多头注意力
 
-    return run_checks("分组查询注意力的 KV 缓存", fn, [
+    return run_checks("分组查询注意力的 K/V 缓存", fn, [
         ("随机的层数、头数与 K/V 头数", values),
         ("n_kv_heads = n_heads", mha_case),
     ], verbose=verbose)

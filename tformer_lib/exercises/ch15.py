@@ -214,7 +214,7 @@ def check_attention_hbm_bytes(fn: Callable[..., Any], *, verbose: bool = True) -
 
 def check_decoding_partial_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """检查 ``fn(batch, n_heads, t_max, d, split_size, element_bytes) -> int``：FlashDecoding 各段写下、合并内核再读回的
-    运行量 ``(m, l, acc)`` 一共多少字节（KV 缓存每个元素 ``element_bytes`` 字节）。先与闭式公式比，再在解释器里真跑一次
+    运行量 ``(m, l, acc)`` 一共多少字节（K/V 缓存每个元素 ``element_bytes`` 字节）。先与闭式公式比，再在解释器里真跑一次
     float16 的 FlashDecoding，数出 float32 的读写（恰好就是这些运行量）对照。"""
     from tformer_lib.kernels import count_hbm_bytes, flash_decoding, flash_decoding_io_bytes
 
@@ -231,7 +231,7 @@ def check_decoding_partial_bytes(fn: Callable[..., Any], *, verbose: bool = True
             variants = [
                 Variant("write_only", "各段写下的运行量，合并内核还要再读回来一遍：一写一读", want // 2),
                 Variant("acc_only", "每段除了 d 个数的 acc，还有最大值 m 和分母 l 两个数：每段 d + 2 个", want * d // (d + 2)),
-                Variant("element_bytes", "运行量总以 float32 存放（4 字节），与 KV 缓存的精度无关",
+                Variant("element_bytes", "运行量总以 float32 存放（4 字节），与 K/V 缓存的精度无关",
                         want * e // 4),
                 Variant("floor", f"段数向上取整：⌈T_max / split_size⌉ = {n}", want * (t_max // split) // n),
                 Variant("no_batch_heads", f"每个（批, 头）各有自己的 {n} 段：还要乘 batch·n_heads = {batch * heads}",

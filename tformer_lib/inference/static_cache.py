@@ -1,6 +1,6 @@
 """静态 K/V 缓存（static KV cache）：一次预分配好 ``(B, h_kv, L, d_k)``，之后每步原地写入，形状永远不变。
 
-语言模型的动态缓存 :class:`~tformer_lib.lm.LMCache`（第 8 章的 KV 缓存）每步 ``torch.cat`` 一次：缓存越来越长，每步都分配新内存，张量形状也每步都变。
+语言模型的动态缓存 :class:`~tformer_lib.lm.LMCache`（第 8 章的 K/V 缓存）每步 ``torch.cat`` 一次：缓存越来越长，每步都分配新内存，张量形状也每步都变。
 形状一变，``torch.compile`` 捕获的图就不能复用。gpt-fast 的办法是：
 
 - 开始时按最大长度 L（默认 ``config.max_len``）分配好全部 K、V，初值为 0；

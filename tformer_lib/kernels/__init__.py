@@ -8,7 +8,7 @@
 4. :mod:`.flash_forward` FlashAttention 前向——第 8 章的在线 softmax（online softmax）写进一个内核，
    带因果与填充掩码；:mod:`.naive` 用 2、3 拼出把 S、P 写回显存的朴素注意力作对照；
 5. :mod:`.decoding` 解码时的分段注意力（split-K，FlashDecoding）。选它而不选反向传播，
-   是因为全书的推理主线（第 13 章的 KV 缓存、第 14 章的解码提速）正缺这一块：解码时每条序列只有一个查询，
+   是因为全书的推理主线（第 13 章的 K/V 缓存、第 14 章的解码提速）正缺这一块：解码时每条序列只有一个查询，
    按查询并行的内核只剩 ``B·h`` 个程序实例，沿键切段才能把 GPU 填满；合并各段又恰好是在线 softmax 的修正因子。
 
 IO 的账：:mod:`.io_count` 从内核自己的 ``tl.load``/``tl.store`` 数出显存读写字节，:mod:`.io_bytes`

@@ -1,7 +1,7 @@
 r"""第五个内核：解码时的分段注意力（split-K attention，又名 FlashDecoding）。
 
 为什么选它而不是 FlashAttention 的反向（backward）：这本书的第 13、14 章讲的是推理——一步解码里
-每条序列只有 **一个** 新查询，却要看 KV 缓存（KV cache）里的全部 T 个键。FlashAttention 前向按查询分块并行，
+每条序列只有 **一个** 新查询，却要看 K/V 缓存（KV cache）里的全部 T 个键。FlashAttention 前向按查询分块并行，
 解码时格里只剩 ``B·h`` 个程序实例，每个实例独自把 T 个键从头扫到尾；GPU 有上百个流式多处理器（SM），
 批小的时候大多数闲着。FlashDecoding 换一个方向切：把键切成 ``n_splits`` 段，每段一个程序实例，
 格变成 ``(n_splits, B·h)``；每段各自做第 8 章的在线 softmax，写下自己的三样运行量 ``(m, l, acc)``；
@@ -9,9 +9,9 @@ r"""第五个内核：解码时的分段注意力（split-K attention，又名 F
 
 .. math:: M = \max_s m_s,\quad L = \sum_s l_s e^{m_s - M},\quad o = \frac{\sum_s acc_s\, e^{m_s - M}}{L}.
 
-多出来的显存流量只有每段 ``(d + 2)`` 个 float32 的一写一读，比读 KV 缓存的 ``2·T·d`` 个元素小得多
+多出来的显存流量只有每段 ``(d + 2)`` 个 float32 的一写一读，比读 K/V 缓存的 ``2·T·d`` 个元素小得多
 （:func:`tformer_lib.kernels.io_bytes.flash_decoding_io_bytes`）。反向传播属于训练，书里的训练章节
-用 PyTorch 自带的注意力反向就够了；解码内核则直接接上第 13 章的 KV 缓存与第 14 章的解码提速。
+用 PyTorch 自带的注意力反向就够了；解码内核则直接接上第 13 章的 K/V 缓存与第 14 章的解码提速。
 
 只有一个查询，所以分数是矩阵–向量乘（GEMV）：``tl.sum(q[None, :] * k, axis=1)``，不用 ``tl.dot``
 （它要求至少 16 行）；这也说明解码为什么是访存受限的——每读一个键只做 d 次乘加。

@@ -64,7 +64,7 @@ class MoEFeedForward(nn.Module):
     - ``capacity_factor``：None = 不丢词元（dropless）；给出 c 时，**训练模式下**每个专家每次前向最多收
       :math:`\lceil cNk/E\rceil` 份任务，多的丢掉（:mod:`~tformer_lib.moe.dispatch`）。容量按这一次前向的 N 个词元算——
       它们就是 GShard 所说的一“组”（group）。推理（``eval()``）时不丢：否则一个词元的输出会取决于同批里有谁，
-      带 KV 缓存逐个生成也会与整句前向不同；
+      带 K/V 缓存逐个生成也会与整句前向不同；
     - ``n_shared_experts`` = s > 0 时另加一个人人都走的共享专家（DeepSeek-MoE 的做法），宽 s·d_ff——与 s 个宽 d_ff
       的共享专家输出之和完全相同（把它们的权重拼起来就是）。
 

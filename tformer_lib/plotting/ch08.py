@@ -251,7 +251,7 @@ def plot_ratio_bars(labels: Sequence[str], ratios: Sequence[float], *, title: st
 
 
 def plot_kv_cache_schedule(n_steps: int = 6, *, tokens: Sequence[str] | None = None, title: str | None = None):
-    """逐字生成时每一步要为哪些位置计算 K、V：左图不用缓存（每步重算整个前缀），右图用 KV 缓存（只算新位置）。
+    """逐字生成时每一步要为哪些位置计算 K、V：左图不用缓存（每步重算整个前缀），右图用 K/V 缓存（只算新位置）。
 
     格子 (步 t, 位置 j)：深色 = 这一步新算，浅色 = 从缓存读出，白色 = 还没生成。标题里给出两种做法的总次数
     （不用缓存 1 + 2 + … + n = n(n+1)/2，用缓存 n）。
@@ -271,7 +271,7 @@ def plot_kv_cache_schedule(n_steps: int = 6, *, tokens: Sequence[str] | None = N
     cmap = ListedColormap(["white", "#A6C8E0", _TILE_COLORS[3]])
     fig, axes = new_figure((10.0, 0.45 * n + 2.2), 1, 2)
     for ax, grid, name, count in ((axes[0, 0], plain, "不用缓存：每步重算整个前缀", n * (n + 1) // 2),
-                                  (axes[0, 1], cached, "KV 缓存：每步只算新位置", n)):
+                                  (axes[0, 1], cached, "K/V 缓存：每步只算新位置", n)):
         ax.imshow(grid, cmap=cmap, vmin=0, vmax=2, aspect="auto")
         ax.set_xticks(range(n))
         ax.set_xticklabels(labels, fontsize=8)

@@ -2,7 +2,7 @@
 
 包里附带一个 SIL OFL 1.1 许可的字体子集（subset）``fonts/NotoSansCJKsc-Regular-subset.otf``
 （族名 “Noto Sans CJK SC Subset”，含 ASCII、Latin-1、希腊字母、常用数学符号与 CJK 标点、
-GB2312 全部 6763 个汉字以及种子文章里出现的所有字符）。:func:`register_cjk_font` 用
+GB2312 全部 6763 个汉字以及文章 A、B 里出现的所有字符）。:func:`register_cjk_font` 用
 ``matplotlib.font_manager.fontManager.addfont`` 把它加入本进程的字体表，并设置 rcParams，
 于是图中的中文标题、坐标轴标签与负号都能正常显示，不会出现方块（tofu）。
 """
