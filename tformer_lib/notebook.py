@@ -87,3 +87,34 @@ def setup(seed: int = 0, *, dpi: int = FIGURE_DPI, precision: int = PRINT_PRECIS
         mpl.rcParams["figure.dpi"] = dpi
     register_cjk_font()
     return torch.device("cpu")
+
+
+def display_width(text: str) -> int:
+    """文字在等宽终端里占几列：汉字与全角符号（East Asian Width 为 W/F）占 2 列，其余占 1 列。"""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in str(text))
+
+
+def format_table(headers, rows, align: str | None = None) -> str:
+    """把表头与若干行排成按列对齐的纯文本表（按 :func:`display_width` 补空格，中英文混排也对得齐）。
+
+    ``rows`` 的每一行与 ``headers`` 一样长，单元格先转成字符串；``align`` 每列一个字符，``"<"`` 左对齐、``">"`` 右对齐，
+    默认第一列左对齐、其余右对齐。列之间隔两个空格。
+    """
+    headers = [str(h) for h in headers]
+    rows = [[str(cell) for cell in row] for row in rows]
+    for i, row in enumerate(rows):
+        if len(row) != len(headers):
+            raise ValueError(f"rows[{i}] 有 {len(row)} 个单元格，表头有 {len(headers)} 列")
+    align = align if align is not None else "<" + ">" * (len(headers) - 1)
+    if len(align) != len(headers) or set(align) - {"<", ">"}:
+        raise ValueError(f"align 应是每列一个 '<' 或 '>' 的字符串（{len(headers)} 列），收到 {align!r}")
+    widths = [max(display_width(r[c]) for r in [headers, *rows]) for c in range(len(headers))]
+
+    def line(cells):
+        padded = [(cell + " " * (w - display_width(cell))) if a == "<" else (" " * (w - display_width(cell)) + cell)
+                  for cell, w, a in zip(cells, widths, align)]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join(line(r) for r in [headers, *rows])

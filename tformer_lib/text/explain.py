@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from ..specials import UNK
 from ._common import check_text, check_texts
 from .bpe import FIRST_MERGE_ID, BPETokenizer, display_bytes
 from .char import CharTokenizer
@@ -22,10 +24,12 @@ __all__ = [
     "MergeRow",
     "compression_table",
     "describe_merges",
+    "fallback_rate",
     "merge_kind_counts",
     "token_kind",
     "tokens_per_char",
     "tokens_of",
+    "unk_rate",
     "utf8_bytes",
 ]
 
@@ -105,24 +109,54 @@ def tokens_per_char(tokenizer, texts: Iterable[str]) -> float:
     return n_tokens / sum(map(len, texts))
 
 
-def compression_table(train_texts: Sequence[str], eval_texts: Sequence[str], vocab_sizes: Iterable[int],
-                      fast: bool = True) -> list[dict]:
-    """字符级 vs 各种词表大小的字节级 BPE：在 ``train_texts`` 上建词表/学合并，在 ``eval_texts`` 上量压缩率。
+def unk_rate(tokenizer, texts: Iterable[str]) -> float:
+    """未登录率：编码 ``texts`` 后 UNK 词元的个数 ÷ 字符总数（字符级分词器里就是没进词表的字所占的比例；
+    字节级 BPE 与带字节回退的 SentencePiece 恰好是 0）。"""
+    texts = check_texts("texts", texts)
+    if hasattr(tokenizer, "encode_batch"):
+        ids = tokenizer.encode_batch(texts)
+    elif isinstance(tokenizer, CharTokenizer):
+        ids = [tokenizer.encode(t, on_unknown="ignore") for t in texts]
+    else:
+        ids = [tokenizer.encode(t) for t in texts]
+    return sum(row.count(UNK) for row in ids) / sum(map(len, texts))
 
-    每行一个字典：``tokenizer``、``vocab_size``、``tokens_per_char``、``tokens_per_poem``（每段文本平均几个词元）。
-    ``fast=True`` 用 ``tokenizers`` 训练（几秒）；``False`` 用教学版（全量语料要几分钟）。
+
+def fallback_rate(tokenizer, texts: Iterable[str]) -> float:
+    """字节回退率：``texts`` 里不在 SentencePiece 词表中、只能拆成 UTF-8 字节词元的字符所占的比例。"""
+    texts = check_texts("texts", texts)
+    counts = Counter("".join(texts))
+    missing = sum(n for ch, n in counts.items() if tokenizer.processor.piece_to_id(ch) == UNK)
+    return missing / sum(counts.values())
+
+
+def compression_table(train_texts: Sequence[str], eval_texts: Sequence[str], vocab_sizes: Iterable[int],
+                      fast: bool = True, sentencepiece_sizes: Iterable[int] = ()) -> list[dict]:
+    """字符级 vs 各种词表大小的字节级 BPE（与 SentencePiece BPE）：在 ``train_texts`` 上建词表/学合并，
+    在 ``eval_texts`` 上量压缩率与未登录率。
+
+    每行一个字典：``tokenizer``、``vocab_size``、``tokens_per_char``、``tokens_per_poem``（每段文本平均几个词元）、
+    ``unk_rate``（:func:`unk_rate`）与 ``fallback_rate``（只有 SentencePiece 的行有，:func:`fallback_rate`；其余为 None）。
+    字符级的词表收下 ``train_texts`` 里出现过的每个字。``fast=True`` 用 ``tokenizers`` 训练字节级 BPE（几秒）；
+    ``False`` 用教学版（全量语料要几分钟）。``sentencepiece_sizes`` 给出时再加带字节回退的 SentencePiece BPE
+    （覆盖率取默认的 0.995，见 :class:`~tformer_lib.text.SentencePieceBPETokenizer`）。
     """
     from .bpe import train_bpe
     from .fast import FastBPETokenizer
+    from .sentencepiece_bpe import SentencePieceBPETokenizer
 
     train_texts, eval_texts = check_texts("train_texts", train_texts), check_texts("eval_texts", eval_texts)
     tokenizers = [("字符", CharTokenizer.build(train_texts))]
     for v in vocab_sizes:
         tok = FastBPETokenizer.train(train_texts, v) if fast else train_bpe(train_texts, v)
         tokenizers.append(("字节级 BPE", tok))
+    for v in sentencepiece_sizes:
+        tokenizers.append(("SentencePiece BPE", SentencePieceBPETokenizer.train(train_texts, v)))
     rows = []
     for name, tok in tokenizers:
         tpc = tokens_per_char(tok, eval_texts)
         rows.append({"tokenizer": name, "vocab_size": tok.vocab_size, "tokens_per_char": tpc,
-                     "tokens_per_poem": tpc * sum(map(len, eval_texts)) / len(eval_texts)})
+                     "tokens_per_poem": tpc * sum(map(len, eval_texts)) / len(eval_texts),
+                     "unk_rate": unk_rate(tok, eval_texts),
+                     "fallback_rate": fallback_rate(tok, eval_texts) if name == "SentencePiece BPE" else None})
     return rows
