@@ -38,6 +38,10 @@ def test_roofline_puts_points_on_the_roof(render):
     ax = render(plot_roofline({"解码": 0.5, "预填充": 40.0}, 1e11, 1e10, measured={"解码": 2e9})).axes[0]
     ys = [line.get_ydata()[0] for line in ax.get_lines()[1:] if len(line.get_ydata()) == 1]
     assert ys == pytest.approx([5e9, 2e9, 1e11])
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(t.startswith("空心点：实测") for t in legend)  # 图例说明空心点是什么
+    no_measured = render(plot_roofline({"解码": 0.5}, 1e11, 1e10)).axes[0]
+    assert not any("空心点" in t.get_text() for t in no_measured.get_legend().get_texts())
     with pytest.raises(ValueError, match="points"):
         plot_roofline({}, 1e11, 1e10)
     with pytest.raises(ValueError, match="bandwidth"):
@@ -103,10 +107,14 @@ def test_speculative_figure_shows_measurement_beside_the_formula(render):
          "expected_speedup": 0.77},
     ]}
     fig = render(plot_speculative(result))
-    left, right, twin = fig.axes[0], fig.axes[1], fig.axes[2]
+    assert len(fig.axes) == 3  # 三个面板各用自己的纵轴，没有共用横轴的第二根纵轴（twinx）
+    left, middle, right = fig.axes
     assert [p.get_height() for p in left.patches] == pytest.approx([0.8, 0.6])
-    formula = twin.get_lines()[1].get_ydata()
-    assert list(formula) == pytest.approx([1.8, (1 - 0.6**5) / 0.4])
+    assert left.get_ylim() == pytest.approx((0, 1.05))
+    measured, formula, ceiling = middle.get_lines()
+    assert list(measured.get_ydata()) == pytest.approx([1.8, 2.2])
+    assert list(formula.get_ydata()) == pytest.approx([1.8, (1 - 0.6**5) / 0.4])
+    assert list(ceiling.get_ydata()) == [2, 5]  # k + 1
     assert list(right.get_lines()[0].get_ydata()) == pytest.approx([1.1, 0.9])
     with pytest.raises(ValueError, match="rows"):
         plot_speculative({"rows": []})

@@ -103,6 +103,8 @@ def plot_roofline(points: Mapping[str, float], peak_flops: float, bandwidth: flo
         ax.plot([x], [attainable_flops(x, peak_flops, bandwidth)], "o", color=color, ms=7, label=label)
         if measured and label in measured:
             ax.plot([x], [_positive_number(f"measured[{label!r}]", measured[label])], "o", mfc="none", color=color, ms=9)
+    if measured and any(label in measured for label in values):  # 图例里说明空心点（灰色的示意，颜色随各点）
+        ax.plot([], [], "o", mfc="none", color="#555555", ms=9, label="空心点：实测 FLOP/s（实心点 = 屋顶上的理论值）")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(top=peak_flops * 2)

@@ -264,10 +264,11 @@ def plot_block_table(state, *, title: str | None = None, columns: int | None = N
 
 
 def plot_speculative(result: Mapping, *, title: str | None = None):
-    """推测解码的测量（:func:`~tformer_lib.serving.benchmark.speculative_benchmark` 的结果）与公式并排。
+    """推测解码的测量（:func:`~tformer_lib.serving.benchmark.speculative_benchmark` 的结果）与公式并排，三个面板各用自己的纵轴：
 
-    左：每个 k 的接受率 α（柱），每次目标前向实际产出的词元数（点）与公式 (1−α^{k+1})/(1−α)（线）；
-    右：实测加速比（中位数，竖线 = 各轮的范围）与期望加速比 (1−α^{k+1}) / ((1−α)(kc+1))（c = 草稿/目标的开销比）。
+    左：每个 k 的接受率 α（柱，0–1）；中：每次目标前向实际产出的词元数（点）与公式 (1−α^{k+1})/(1−α)（线），
+    虚线是上限 k + 1；右：实测加速比（中位数，竖线 = 各轮的范围）与期望加速比 (1−α^{k+1}) / ((1−α)(kc+1))
+    （c = 草稿/目标的开销比）。α 与“词元/次”单位不同，不共用一根纵轴。
     """
     from tformer_lib.serving.speculative import expected_tokens_per_pass
 
@@ -280,22 +281,25 @@ def plot_speculative(result: Mapping, *, title: str | None = None):
             raise ValueError(f"result['rows'] 的每一行应含 {sorted(need)}，缺 {sorted(need - set(row))}")
     ks = np.array([int(r["k"]) for r in rows])
     alpha = np.array([float(r["acceptance_rate"]) for r in rows])
-    fig, axes = new_figure((9.6, 3.8), nrows=1, ncols=2)
-    left, right = axes[0, 0], axes[0, 1]
-    left.bar(ks, alpha, width=0.5, color="#9ecae1", label="接受率 α（左轴）")
+    fig, axes = new_figure((12.6, 3.8), nrows=1, ncols=3)
+    left, middle, right = axes[0]
+    left.bar(ks, alpha, width=0.5, color="#9ecae1")
     left.set_ylim(0, 1.05)
     left.set_ylabel("接受率 α")
-    left.set_xlabel("每次猜的词元数 k")
-    left.set_xticks(ks)
-    twin = left.twinx()
-    twin.plot(ks, [float(r["tokens_per_target_pass"]) for r in rows], "o", color="#08519c", ms=7, label="实测：每次目标前向产出的词元")
-    twin.plot(ks, [expected_tokens_per_pass(a, int(k)) for a, k in zip(alpha, ks)], "x--", color="#e6550d", ms=8,
-              label="公式 (1−α^(k+1))/(1−α)")
-    twin.set_ylabel("词元 / 次目标前向")
-    twin.set_ylim(0, max(ks) + 1.5)
-    handles = left.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    left.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper left")
-    left.set_title("接受率与每次验证的产出", fontsize=10)
+    left.set_title("草稿的词元被接受的比例", fontsize=10)
+    middle.plot(ks, [float(r["tokens_per_target_pass"]) for r in rows], "o", color="#08519c", ms=7,
+                label="实测")
+    middle.plot(ks, [expected_tokens_per_pass(a, int(k)) for a, k in zip(alpha, ks)], "x--", color="#e6550d", ms=8,
+                label="公式 (1−α^(k+1))/(1−α)")
+    middle.plot(ks, ks + 1, ":", color="#777777", label="上限 k + 1（全部接受）")
+    middle.set_ylim(0, max(ks) + 1.5)
+    middle.set_ylabel("词元 / 次目标前向")
+    middle.legend(fontsize=7, loc="upper left")
+    middle.set_title("每次验证产出几个词元", fontsize=10)
+    for ax in (left, middle, right):
+        ax.set_xticks(ks)
+        ax.set_xlabel("每次猜的词元数 k")
+        ax.grid(alpha=0.3)
     med = np.array([float(r["speedup_median"]) for r in rows])
     for k, r in zip(ks, rows):
         spread = r.get("speedups")
@@ -306,10 +310,7 @@ def plot_speculative(result: Mapping, *, title: str | None = None):
     right.plot(ks, [float(r["expected_speedup"]) for r in rows], "x--", color="#e6550d", ms=8,
                label="期望加速比" + (f"（c = {float(c):.2f}）" if c is not None else ""))
     right.axhline(1.0, color="#333333", lw=0.8)
-    right.set_xticks(ks)
-    right.set_xlabel("每次猜的词元数 k")
     right.set_ylabel("相对只用目标模型的加速比")
-    right.grid(alpha=0.3)
     right.legend(fontsize=7)
     right.set_title("加速比：实测 vs 公式", fontsize=10)
     if title:
