@@ -39,12 +39,12 @@ timing
 
 # 笔记本的 nbval 回归在更严格的条件下跑：从轮子装进新的虚拟环境、笔记本复制到仓库外（读者的情形；仓库里能过、
 # 装好的包却缺文件的问题也会在这里暴露）。各章与 notebooks/solutions/ 全部都跑，而且在 PyTorch 的两种 CPU 内核
-# （ATEN_CPU_CAPABILITY=avx2 与不向量化的 =default）下各一遍、两个进程并行：书里打印的数字不能依赖指令集
-# （TFORMER_CAPS="avx2 default native" 再加本机自己的指令集，见 scripts/test_installed.sh）。
+# （ATEN_CPU_CAPABILITY=avx2 与不向量化的 =default）和本机自己的指令集下各一遍、并行：书里打印的数字不能依赖指令集
+# （见 scripts/test_installed.sh；TFORMER_CAPS 可以只选其中几种）。
 # 作者在仓库里单独检查一章：python -m pytest notebooks/03_attention.ipynb --nbval --nbval-current-env \
 #   --nbval-sanitize-with nbval_sanitize.cfg -p no:cacheprovider -q（前面加 ATEN_CPU_CAPABILITY=default
 #   ONEDNN_MAX_CPU_ISA=SSE41 换一种内核；avx2 配 ONEDNN_MAX_CPU_ISA=AVX2，原因见 scripts/test_installed.sh）
-echo "== 3/5 笔记本回归：从轮子安装到新的虚拟环境，在仓库外用 nbval 重跑全部笔记本；引导单元对本地克隆安装"
+echo "== 3/5 笔记本回归：从轮子安装到新的虚拟环境，在仓库外用 nbval 重跑全部笔记本（三种指令集）；引导单元对本地克隆安装"
 bash scripts/test_installed.sh
 timing
 

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # 读者的情形：不在本仓库里，只有装好的包。
 #
-#   1. 构建轮子（wheel），连同 notebooks 这组可选依赖（openai、torchao、triton）装进一个新的虚拟环境
+#   1. 构建轮子（wheel），连同 notebooks 这组可选依赖（sentencepiece、openai、torchao、triton、peft）装进一个新的虚拟环境
 #      （按 constraints.txt，torch 取 2.13.0 的 CPU 轮子）；
 #   2. 检查“装好的文件”（不是源码树）里有字体、玩具模型、数据和结果文件，且导入的是装好的包；
 #   3. 把全部笔记本（各章与 notebooks/solutions/）复制到仓库外的临时目录，用 nbval 在那里重跑，
-#      在 ATEN_CPU_CAPABILITY=avx2 与 =default 下各一遍（并行）：打印的数字不能依赖 CPU 的指令集；
+#      在 ATEN_CPU_CAPABILITY=avx2、=default 与本机自己的指令集下各一遍（并行）：打印的数字不能依赖 CPU 的指令集；
 #   4. 卸掉本包，对本仓库的一个本地克隆执行笔记本引导单元里的安装命令（scripts/sync_bootstrap.py 的模板，
 #      仓库地址换成克隆的 file:// 地址）：它要装得上、不动已有的 torch，再运行一次时什么也不打印。
 #
 # 用法：bash scripts/test_installed.sh                 （scripts/test.sh 的最后一步；需要已有的 .venv 来构建轮子）
 #       bash scripts/test_installed.sh notebooks/03_attention.ipynb   （只重跑列出的笔记本，作者调试用）
 #       TFORMER_CAPS=default bash scripts/test_installed.sh …          （只用一种 CPU 内核）
-#       TFORMER_CAPS="avx2 default native" bash scripts/test_installed.sh （再加本机自己的指令集）
+#       TFORMER_CAPS="avx2 default" bash scripts/test_installed.sh     （不跑本机自己的指令集那一遍）
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -74,10 +74,11 @@ PY
 )
 
 # 书里打印的数字不能依赖 CPU 的指令集：PyTorch 的两种 CPU 内核（AVX2 与不向量化的 default）各跑一遍全部笔记本，
-# 两个进程并行、各自单线程、各用一份笔记本副本与缓存目录（ARM 上没有 AVX2，只跑 default）。提交的输出是在作者机器
-# 自己的指令集（至今都是 AVX-512）下执行出来的，所以这两遍核对的是三种内核给出同样的输出。TFORMER_CAPS 里加上
-# native（不设 ATEN_CPU_CAPABILITY）就在这台机器自己的指令集下再跑一遍：在 2 核的 CI 上三遍并行要多约 400 秒
-# （2026-12-03 实测：两遍 807 秒，三遍 1205 秒），整个 CI 会逼近 40 分钟，所以默认不跑。
+# 再在这台机器自己的指令集（native：不设 ATEN_CPU_CAPABILITY）下跑一遍——它与前两种之一相同时（只有 AVX2 的 x86、
+# 没有向量内核的机器）不重复跑；ARM 上没有 AVX2，跑 default 与本机的。几遍并行、各自单线程、各用一份笔记本副本与
+# 缓存目录。提交的输出是在作者机器自己的指令集（至今都是 AVX-512）下执行出来的，所以在 AVX-512 的 CI 上这三遍核对的是
+# 三种内核给出同样的输出，在别的 CPU 上还多核对一种。2026-12-04 在 2 核的 AMD EPYC（AVX-512）上实测：三遍并行
+# 760 秒，CPU 时间共 1,480 秒（只跑两遍时约少三分之一）。TFORMER_CAPS 可以指定只跑哪几种。
 # TorchInductor 的编译缓存也各用一份：它的缓存键不含 ATEN_CPU_CAPABILITY，在另一种指令集下编译好的 C++ 内核
 # 被拿来用时会报 “SystemError: <built-in function kernel> returned a result with an exception set”（torch 2.13，第 14 章）。
 # oneDNN 另有自己的指令集选择，只看硬件：在有 AMX 的 Intel CPU 上只降 ATen 的内核集，bf16 的 flash 注意力会走 AMX 的
@@ -85,8 +86,13 @@ PY
 # avx2 配 ONEDNN_MAX_CPU_ISA=AVX2，default 配 SSE41（oneDNN 最低的一档），这台机器才真像一台只有该指令集的机器。
 onednn_isa() { case "$1" in avx2) echo AVX2 ;; default) echo SSE41 ;; *) echo ALL ;; esac; }
 native="$("$V" -c 'import torch; print(torch.backends.cpu.get_cpu_capability().lower())')"
-caps="${TFORMER_CAPS:-default}"
-[ -z "${TFORMER_CAPS:-}" ] && [ "$(uname -m)" = x86_64 ] && caps="avx2 default"
+if [ -n "${TFORMER_CAPS:-}" ]; then
+  caps="$TFORMER_CAPS"
+else
+  caps="default"
+  [ "$(uname -m)" = x86_64 ] && caps="avx2 default"
+  case " $caps " in *" $native "*) ;; *) caps="$caps native" ;; esac  # 本机的指令集与前面的不同时才再跑一遍
+fi
 lanes=""
 for cap in $caps; do lanes="${lanes:+$lanes、}$([ "$cap" = native ] && echo "本机的 $native" || echo "$cap")"; done
 step "在仓库外用 nbval 重跑全部笔记本（指令集 $lanes，并行）"
