@@ -26,3 +26,26 @@ def test_bad_shapes_are_named():
         format_table(["a", "b"], [[1, 2], [3]])
     with pytest.raises(ValueError, match="align"):
         format_table(["a", "b"], [[1, 2]], align="<")
+
+
+def test_zero_width_characters_take_no_column():
+    assert display_width("e\u0301") == 1  # 组合重音
+    assert display_width("a\u200bb") == 2  # 零宽空格
+    assert display_width("中\ufe0f") == 2  # 变体选择符
+    lines = format_table(["a", "b"], [["中\u0301", "x"], ["e", "y"]]).splitlines()
+    assert len({display_width(line) for line in lines}) == 1
+    with pytest.raises(TypeError, match="text"):
+        display_width(None)
+
+
+def test_rows_that_are_not_lists_are_refused():
+    with pytest.raises(TypeError, match=r"rows\[0\]"):
+        format_table(["a", "b"], [{"a": 1, "b": 2}])
+    with pytest.raises(TypeError, match=r"rows\[0\]"):
+        format_table(["a", "b"], ["ab"])
+    with pytest.raises(ValueError, match="headers"):
+        format_table([], [])
+    with pytest.raises(ValueError, match="换行"):
+        format_table(["a"], [["x\ny"]])
+    with pytest.raises(ValueError, match="align"):
+        format_table(["a"], [[1]], align=5)

@@ -157,3 +157,15 @@ def test_throughput_measurement_reports_both_layouts():
     out = measure_throughput(model, torch.randint(4, 30, (16, 9)), steps=1, batch_size=4, timeout=150)
     assert out["1x2"]["tokens_per_s"] > 0 and out["2x1"]["tokens_per_s"] > 0
     assert 0 < out["2x1"]["comm_share"] < 1
+
+
+def test_losses_take_any_integer_blocks_and_check_the_layout():
+    torch.manual_seed(0)
+    model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16))
+    from tformer_lib.parallel.data_parallel import lm_loss
+
+    blocks = _uneven_pad_blocks()
+    assert float(lm_loss(model, blocks.int())) == pytest.approx(float(lm_loss(model, blocks)))
+    assert global_mean_lm_loss(model, blocks.int())[1] == pytest.approx(global_mean_lm_loss(model, blocks)[1])
+    with pytest.raises(ValueError, match="block"):
+        lm_loss(model, blocks[0])

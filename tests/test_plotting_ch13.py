@@ -40,6 +40,10 @@ def test_roofline_puts_points_on_the_roof(render):
     assert ys == pytest.approx([5e9, 2e9, 1e11])
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any(t.startswith("空心点：实测") for t in legend)  # 图例说明空心点是什么
+    with pytest.raises(ValueError, match="peak_flops"):
+        plot_roofline({"解码": 0.5}, float("inf"), 1e10)
+    with pytest.raises(ValueError, match="measured"):
+        plot_roofline({"解码": 0.5}, 1e11, 1e10, measured={"预填充": 1e9})  # 没有这个标签的强度
     no_measured = render(plot_roofline({"解码": 0.5}, 1e11, 1e10)).axes[0]
     assert not any("空心点" in t.get_text() for t in no_measured.get_legend().get_texts())
     with pytest.raises(ValueError, match="points"):

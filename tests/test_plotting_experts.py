@@ -201,3 +201,18 @@ def test_non_numbers_are_named():
     runs[0]["evals"] = [{"step": [0, 1], "valid_loss": 8.4}]
     with pytest.raises(ValueError, match=r"runs\[0\]\['evals'\]\[0\]\['step'\]"):
         plot_moe_validation(runs)
+
+
+def test_shares_and_drop_rates_must_be_what_the_docstrings_say():
+    runs, _ = _load_runs()
+    runs[1]["load"][0]["shares"][2] = [-5.0, 7.0, 0.0, -1.0]  # 加起来是 1，却有负的份额
+    with pytest.raises(ValueError, match=r"load\[0\]\['shares'\].*非负"):
+        plot_expert_load(runs, arm="top1")
+    runs, _ = _load_runs()
+    runs[1]["load"][1]["shares"] = [["0.5", "0.5", "0", "0"]] * 4  # 字符串不是数
+    with pytest.raises(ValueError, match=r"load\[1\]\['shares'\]"):
+        plot_expert_load(runs, arm="top1")
+    rows = [dict(r) for r in CAPACITY]
+    rows[2]["drop_rate"] = 5.0  # 比例在 0 到 1 之间
+    with pytest.raises(ValueError, match=r"capacity_rows\[2\]\['drop_rate'\]"):
+        plot_capacity_drop(rows)

@@ -188,3 +188,9 @@ def test_nan_positions_are_skipped_and_inf_is_named(render):
 def test_rope_frequencies_checks_every_argument_up_front(kwargs, name):
     with pytest.raises((TypeError, ValueError), match=f"^{name}"):
         plot_rope_frequencies(**kwargs)
+
+
+def test_rope_frequencies_refuses_what_it_cannot_draw():
+    for kwargs in ({"base": 1e300}, {"factor": 1e300}):
+        with pytest.raises(ValueError, match="太大"):
+            plot_rope_frequencies(**kwargs)

@@ -93,3 +93,49 @@ def test_compression_table_adds_sentencepiece_rows():
     assert char["tokens_per_char"] == 1.0 and char["unk_rate"] > 0 and char["fallback_rate"] is None
     assert byte_bpe["unk_rate"] == 0.0 and spm_row["unk_rate"] == 0.0
     assert 0 < spm_row["fallback_rate"] < 0.05 and spm_row["vocab_size"] == 4000
+
+
+def test_spaces_round_trip_even_when_training_text_has_none(spm):
+    """SentencePiece 把空格记作 ▁；▁ 总在词表里，所以训练文本里没有空格也能无损往返（一个 ▁ 一个词元，不退回到字节）。"""
+    for text in [" 白日", "a  b", "  ", "白日 依山\t尽\n"]:
+        assert spm.decode(spm.encode(text)) == text
+    assert not any(spm.is_byte(i) for i in spm.encode(" "))
+    spaced = SentencePieceBPETokenizer.train([t[:5] + " " + t[5:] for t in TRAIN], 4000)
+    assert all(spaced.decode(spaced.encode(t)) == t for t in VALID[:50] + ["a  b", " 白"])
+    assert spaced.decode(spaced.encode("白\u2581日")) == "白 日"  # SentencePiece 的约定：文本里原有的 ▁ 解码成空格
+    assert fallback_rate(spaced, ["白 日"]) == 0.0  # 空格按 ▁ 查词表，不算退回字节
+
+
+def test_long_texts_are_trained_on_not_dropped():
+    """长于 4192 字节的文本也参加训练（SentencePiece 默认悄悄丢掉它们）。"""
+    long_text = "".join(TRAIN[:40])
+    assert len(long_text.encode()) > 4192
+    tok = SentencePieceBPETokenizer.train([long_text] + TRAIN[:300], min_vocab_size([long_text] + TRAIN[:300], 1.0),
+                                          character_coverage=1.0)
+    assert fallback_rate(tok, [long_text]) == 0.0  # 覆盖率 1：长文本里的每个字都进了词表
+
+
+def test_defaults_agree_and_bad_files_are_named(tmp_path):
+    assert SentencePieceBPETokenizer.train(TRAIN, min_vocab_size(TRAIN)).vocab_size == min_vocab_size(TRAIN)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "sentencepiece_bpe", "specials": ["<pad>", "<bos>", "<eos>", "<unk>"], "model_proto": "QUJD"}')
+    with pytest.raises(ValueError, match="bad.json"):
+        SentencePieceBPETokenizer.load(bad)
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match="bad.json"):
+        SentencePieceBPETokenizer.load(bad)
+    with pytest.raises(ValueError, match="model_proto"):
+        SentencePieceBPETokenizer(b"")
+    with pytest.raises(ValueError, match="vocab_size"):
+        SentencePieceBPETokenizer.train(TRAIN, 2**31)
+
+
+def test_rates_and_table_refuse_wrong_arguments(spm):
+    with pytest.raises(TypeError, match="encode"):
+        spm.encode_batch("白日")
+    with pytest.raises(TypeError, match="SentencePieceBPETokenizer"):
+        fallback_rate(CharTokenizer.build(TRAIN), VALID)
+    with pytest.raises(TypeError, match="tokenizer"):
+        unk_rate(None, VALID)
+    with pytest.raises(TypeError, match="sentencepiece_sizes"):
+        compression_table(TRAIN, VALID, [], sentencepiece_sizes="4000")

@@ -90,10 +90,14 @@ def setup(seed: int = 0, *, dpi: int = FIGURE_DPI, precision: int = PRINT_PRECIS
 
 
 def display_width(text: str) -> int:
-    """文字在等宽终端里占几列：汉字与全角符号（East Asian Width 为 W/F）占 2 列，其余占 1 列。"""
+    """文字在等宽终端里占几列：汉字与全角符号（East Asian Width 为 W/F）占 2 列；组合附加符号、零宽字符与变体选择符
+    （Unicode 类别 Mn、Me、Cf）占 0 列；其余占 1 列。"""
     import unicodedata
 
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in str(text))
+    if not isinstance(text, str):
+        raise TypeError(f"text 应是字符串，收到 {type(text).__name__}")
+    return sum(0 if unicodedata.category(ch) in ("Mn", "Me", "Cf") else 2 if unicodedata.east_asian_width(ch) in "WF"
+               else 1 for ch in text)
 
 
 def format_table(headers, rows, align: str | None = None) -> str:
@@ -102,13 +106,25 @@ def format_table(headers, rows, align: str | None = None) -> str:
     ``rows`` 的每一行与 ``headers`` 一样长，单元格先转成字符串；``align`` 每列一个字符，``"<"`` 左对齐、``">"`` 右对齐，
     默认第一列左对齐、其余右对齐。列之间隔两个空格。
     """
-    headers = [str(h) for h in headers]
-    rows = [[str(cell) for cell in row] for row in rows]
+    def cells(row, name):
+        if isinstance(row, (str, bytes, dict)) or not isinstance(row, (list, tuple)):
+            raise TypeError(f"{name} 应是单元格的列表或元组，收到 {type(row).__name__}")
+        out = [str(cell) for cell in row]
+        if any("\n" in cell for cell in out):
+            raise ValueError(f"{name} 里有含换行的单元格：表的每一行只能占一行")
+        return out
+
+    headers = cells(headers, "headers")
+    if not headers:
+        raise ValueError("headers 是空的：至少要有一列")
+    if isinstance(rows, (str, bytes, dict)) or not isinstance(rows, (list, tuple)):
+        raise TypeError(f"rows 应是行的列表，收到 {type(rows).__name__}")
+    rows = [cells(row, f"rows[{i}]") for i, row in enumerate(rows)]
     for i, row in enumerate(rows):
         if len(row) != len(headers):
             raise ValueError(f"rows[{i}] 有 {len(row)} 个单元格，表头有 {len(headers)} 列")
     align = align if align is not None else "<" + ">" * (len(headers) - 1)
-    if len(align) != len(headers) or set(align) - {"<", ">"}:
+    if not isinstance(align, str) or len(align) != len(headers) or set(align) - {"<", ">"}:
         raise ValueError(f"align 应是每列一个 '<' 或 '>' 的字符串（{len(headers)} 列），收到 {align!r}")
     widths = [max(display_width(r[c]) for r in [headers, *rows]) for c in range(len(headers))]
 

@@ -83,7 +83,8 @@ def global_batches(n_samples: int, batch_size: int, world_size: int, seed: int =
 def lm_loss(model, block: torch.Tensor) -> torch.Tensor:
     """本进程自己的平均损失（只对本进程的目标求平均；PAD 不均匀时不是整批的平均，见 :func:`global_mean_lm_loss`）。
     目标与第 9 章相同（:func:`~tformer_lib.lm.data.loss_targets`）：PAD 与 BOS 不计。"""
-    inputs, targets = loss_targets(block)  # (b, L), (b, L)：BOS 目标已记作 PAD
+    _token_blocks("block", block, "(b, L+1)")
+    inputs, targets = loss_targets(block.long())  # (b, L), (b, L)：BOS 目标已记作 PAD
     logits = model(inputs)  # (b, L, V)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)  # logits 展平为 (b·L, V)
 
@@ -100,7 +101,7 @@ def global_mean_lm_loss(model, block: torch.Tensor) -> tuple[torch.Tensor, float
     _token_blocks("block", block, "(b, L+1)")
     if block.shape[1] < 2:
         raise ValueError(f"block 每行至少要 2 个词元（输入与目标错开一位），收到形状 {tuple(block.shape)}")
-    inputs, targets = loss_targets(block)  # (b, L), (b, L)：BOS 目标已记作 PAD
+    inputs, targets = loss_targets(block.long())  # (b, L), (b, L)：BOS 目标已记作 PAD；int32 的块也行
     logits = model(inputs)  # (b, L, V)
     total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD, reduction="sum")  # 展平为 (b·L, V)
     stats = torch.tensor([float(total.detach()), float((targets != PAD).sum())], dtype=torch.float64,

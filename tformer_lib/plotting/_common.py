@@ -64,9 +64,19 @@ def finite_array(value: Any, name: str, *, allow_nan: bool = False) -> np.ndarra
     NaN 可以有（“这里没有数据”，图上画成断开），±inf 仍然不行。
     """
     try:
-        arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} 应是数值（或数值表），收到 {type(value).__name__}") from exc
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            value = value.detach().to("cpu", dtype=torch.float64).numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        raw = np.asarray(value)
+        if raw.dtype.kind not in "iuf":  # 字符串、字节串、布尔值、None 不是数（np.asarray(["1"], float) 会悄悄转换）
+            raise TypeError(raw.dtype)
+        arr = raw.astype(float)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{name} 应是数值（或数值表，不含字符串、布尔值与 None），收到 {value!r:.60}") from exc
     bad = np.isinf(arr) if allow_nan else ~np.isfinite(arr)
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0]) if arr.ndim else ()

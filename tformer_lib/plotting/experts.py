@@ -74,7 +74,7 @@ def plot_expert_load(runs: Sequence[Mapping], *, arm: str, seed: int = 0, title:
         raise ValueError(f"arm={arm!r} 没有 seed={seed!r} 的运行；有的种子：{seeds}")
     load = chosen[0]["load"]
     if isinstance(load, (Mapping, str, bytes)) or not isinstance(load, Sequence) or not load:
-        raise ValueError(f"arm={arm!r} 的运行没有负载记录（load 为空：稠密 FFN 没有专家）")
+        raise ValueError(f"arm={arm!r} 的运行没有负载记录（load 应是非空的列表，收到 {load!r:.40}；稠密 FFN 没有专家）")
     steps, shares = [], []
     for i, rec in enumerate(load):
         if not isinstance(rec, Mapping) or "step" not in rec or "shares" not in rec:
@@ -83,6 +83,8 @@ def plot_expert_load(runs: Sequence[Mapping], *, arm: str, seed: int = 0, title:
         if s.ndim != 2 or s.size == 0 or (shares and s.shape != shares[0].shape):
             want = f"与 load[0] 相同的形状 {shares[0].shape}" if shares else "二维 [层][专家]"
             raise ValueError(f"load[{i}]['shares'] 应是{want}，收到形状 {s.shape}")
+        if (s < 0).any() or not np.allclose(s.sum(axis=1), 1.0, atol=1e-3):
+            raise ValueError(f"load[{i}]['shares'] 的每一层应是加起来为 1 的非负份额，收到各层之和 {np.round(s.sum(axis=1), 4).tolist()}")
         steps.append(finite_number(rec["step"], f"load[{i}]['step']"))
         shares.append(s)
     data = np.stack(shares)  # (记录数, 层数, 专家数)
@@ -123,6 +125,9 @@ def plot_capacity_drop(capacity_rows: Sequence[Mapping], *, title: str | None = 
     rows = _rows(capacity_rows, ("arm", "seed", *keys), "capacity_rows", "moe.json 的 'capacity'")
     rows = [{**row, **{k: finite_number(row[k], f"capacity_rows[{i}]['{k}']") for k in keys}}
             for i, row in enumerate(rows)]
+    for i, row in enumerate(rows):
+        if not 0 <= row["drop_rate"] <= 1:
+            raise ValueError(f"capacity_rows[{i}]['drop_rate'] 应是 0 到 1 的比例，收到 {row['drop_rate']:g}")
     labels = _moe_labels()
     arms = _unique(str(r["arm"]) for r in rows)
     factors = sorted({float(r["capacity_factor"]) for r in rows})

@@ -66,7 +66,8 @@ def plot_position_loss(evals: Sequence[Mapping], *, eval_len: int = 256, methods
     ``evals`` 是 ``measure_long_context`` 结果的 ``evals``（也可以直接给整个结果字典）；``methods`` 选画哪些方法、按什么顺序
     （默认按 :data:`~tformer_lib.experiments.long_context.METHOD_LABELS` 的顺序画数据里有的全部）；``labels`` 覆盖图例里的中文名。
     滑动平均的窗口居中：第 k 个点画在它覆盖的 ``smooth`` 个位置的中点。竖直虚线是训练长度 ``train_len``：它右边的位置训练时没见过。
-    同一种缩放不微调用实线、微调后用虚线，颜色相同。``position_loss`` 里的 NaN 表示那个位置没有可计的目标：平均时跳过，
+    同一种缩放不微调用实线、微调后用虚线，颜色相同。``position_loss`` 里的 NaN 表示那个位置没有可计的目标：
+    这时各种子与窗口一起平均（窗口里所有种子的非 NaN 值的平均；没有 NaN 时与“先平均种子、再滑动平均”相同），
     整个窗口都没有数时曲线在那里断开；±inf 是错误。
 
     纵轴的选择：交叉熵本身是对数量（nats），正常的曲线在 4–6 之间、不缩放的 RoPE 过了训练长度会冲到 10 以上——
@@ -181,6 +182,8 @@ def plot_rope_frequencies(d: int = 32, base: float = 10000.0, factor: float = 4.
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title 应是字符串或 None，收到 {type(title).__name__}")
     theta, _ = rope_frequencies(d, base)
+    if not (np.all(np.isfinite(2 * math.pi / theta.double().numpy())) and base * factor < 1e100):
+        raise ValueError(f"base={base:g}、factor={factor:g} 太大：波长超出了能画的范围")
     variants = [
         ("不缩放", None, "#333333", "o"),
         (f"PI（linear）：每一对 × {factor:g}", RopeScaling("linear", factor), "#1f77b4", "s"),

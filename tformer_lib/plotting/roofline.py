@@ -19,8 +19,9 @@ _DECODE, _PREFILL, _BALANCE = "#d62728", "#1f77b4", "#555555"
 
 
 def _positive_number(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not value > 0:
-        raise ValueError(f"{name} 应为正数，收到 {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not value > 0
+            or not np.isfinite(value)):
+        raise ValueError(f"{name} 应为有限的正数，收到 {value!r}")
     return float(value)
 
 
@@ -86,6 +87,9 @@ def plot_roofline(points: Mapping[str, float], peak_flops: float, bandwidth: flo
         raise ValueError("points 为空：应是 {标签: 算术强度}")
     if measured is not None and not isinstance(measured, Mapping):
         raise TypeError(f"measured 应是字典 {{标签: 实测 FLOP/s}} 或 None，收到 {type(measured).__name__}")
+    unknown = [k for k in (measured or {}) if k not in points]
+    if unknown:
+        raise ValueError(f"measured 里的 {unknown} 不在 points 里：实测点画在同一标签的强度上，points 应有 {list(points)}")
     balance = machine_balance(_positive_number("peak_flops", peak_flops), _positive_number("bandwidth", bandwidth))
     values = {k: _positive_number(f"points[{k!r}]", v) for k, v in points.items()}
     lo, hi = min(min(values.values()), balance) / 4, max(max(values.values()), balance) * 4

@@ -112,6 +112,8 @@ def tokens_per_char(tokenizer, texts: Iterable[str]) -> float:
 def unk_rate(tokenizer, texts: Iterable[str]) -> float:
     """未登录率：编码 ``texts`` 后 UNK 词元的个数 ÷ 字符总数（字符级分词器里就是没进词表的字所占的比例；
     字节级 BPE 与带字节回退的 SentencePiece 恰好是 0）。"""
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(f"tokenizer 应是本库的分词器（有 encode 方法），收到 {type(tokenizer).__name__}")
     texts = check_texts("texts", texts)
     if hasattr(tokenizer, "encode_batch"):
         ids = tokenizer.encode_batch(texts)
@@ -123,9 +125,14 @@ def unk_rate(tokenizer, texts: Iterable[str]) -> float:
 
 
 def fallback_rate(tokenizer, texts: Iterable[str]) -> float:
-    """字节回退率：``texts`` 里不在 SentencePiece 词表中、只能拆成 UTF-8 字节词元的字符所占的比例。"""
+    """字节回退率：``texts`` 里不在 SentencePiece 词表中、只能拆成 UTF-8 字节词元的字符所占的比例
+    （空格按 SentencePiece 的约定看作 “▁”）。"""
+    from .sentencepiece_bpe import SPACE, SentencePieceBPETokenizer
+
+    if not isinstance(tokenizer, SentencePieceBPETokenizer):
+        raise TypeError(f"tokenizer 应是 SentencePieceBPETokenizer（只有它会退回到字节），收到 {type(tokenizer).__name__}")
     texts = check_texts("texts", texts)
-    counts = Counter("".join(texts))
+    counts = Counter("".join(texts).replace(" ", SPACE))
     missing = sum(n for ch, n in counts.items() if tokenizer.processor.piece_to_id(ch) == UNK)
     return missing / sum(counts.values())
 
@@ -139,13 +146,16 @@ def compression_table(train_texts: Sequence[str], eval_texts: Sequence[str], voc
     ``unk_rate``（:func:`unk_rate`）与 ``fallback_rate``（只有 SentencePiece 的行有，:func:`fallback_rate`；其余为 None）。
     字符级的词表收下 ``train_texts`` 里出现过的每个字。``fast=True`` 用 ``tokenizers`` 训练字节级 BPE（几秒）；
     ``False`` 用教学版（全量语料要几分钟）。``sentencepiece_sizes`` 给出时再加带字节回退的 SentencePiece BPE
-    （覆盖率取默认的 0.995，见 :class:`~tformer_lib.text.SentencePieceBPETokenizer`）。
+    （覆盖率取默认的 ``DEFAULT_COVERAGE`` = 0.995，见 :class:`~tformer_lib.text.SentencePieceBPETokenizer`）。
     """
     from .bpe import train_bpe
     from .fast import FastBPETokenizer
     from .sentencepiece_bpe import SentencePieceBPETokenizer
 
     train_texts, eval_texts = check_texts("train_texts", train_texts), check_texts("eval_texts", eval_texts)
+    for name, sizes in (("vocab_sizes", vocab_sizes), ("sentencepiece_sizes", sentencepiece_sizes)):
+        if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
+            raise TypeError(f"{name} 应是词表大小（整数）的列表，收到 {type(sizes).__name__} {sizes!r:.40}")
     tokenizers = [("字符", CharTokenizer.build(train_texts))]
     for v in vocab_sizes:
         tok = FastBPETokenizer.train(train_texts, v) if fast else train_bpe(train_texts, v)
