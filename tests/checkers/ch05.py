@@ -22,7 +22,7 @@ def ref_shapes(B, S, T, d_model, n_heads):
             "weights": (B, n_heads, T, S), "output": (B, T, d_model)}
 
 
-def _swapped_shapes(B, S, T, d, h):  # 文章 B的方向：中文出 Q，英文出 K
+def _swapped_shapes(B, S, T, d, h):  # 文章 B 的方向：中文出 Q，英文出 K
     return ref_shapes(B, T, S, d, h) | {"output": (B, T, d)}
 
 

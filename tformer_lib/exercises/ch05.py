@@ -363,7 +363,7 @@ def _cross_shape_values(f: Callable) -> None:
             continue
         d_k = d_model // h
         if pred["Q"] == (B, h, S, d_k) and pred["K"] == (B, h, T, d_k):
-            raise Mistake(f"{call}：Q 和 K/V 的来源弄反了——这正是文章 B 002 §4.2 的说法（它让中文词的 Q 去匹配英文词的 K）。"
+            raise Mistake(f"{call}：Q 和 K/V 的来源弄反了——这正是文章 B §4.2 的说法（它让中文词的 Q 去匹配英文词的 K）。"
                           f"交叉注意力里查询来自解码器（译文前缀，T = {T} 个位置），键和值来自编码器的 memory"
                           f"（原文，S = {S} 个词）：Q 是 {real['Q']}，K、V 是 {real['K']}。", key="direction")
         if pred["weights"] == (B, h, S, T):
@@ -415,7 +415,7 @@ def _decoder_case(g: torch.Generator, S: int, T: int):
 
 
 def _swapped_cross(layer, x, memory, src_mask, tgt_mask):
-    """文章 B的方向：查询来自 memory、键值来自解码器（只在 S == T 时能算出结果）。"""
+    """文章 B 的方向：查询来自 memory、键值来自解码器（只在 S == T 时能算出结果）。"""
     x = layer.residual_self.norm(x + layer.self_attn(x, x, x, tgt_mask))
     x = layer.residual_cross.norm(x + layer.cross_attn(memory, x, x, src_mask))
     return layer.residual_ffn.norm(x + layer.feed_forward(x))
@@ -450,7 +450,7 @@ def _cross_fix_values(f: Callable) -> None:
                     raise
         finally:
             del layer.forward
-        variants = [Variant("direction", "交叉注意力的方向反了（文章 B 002 §4.2 的说法）：查询 Q 应来自解码器自己的 x，"
+        variants = [Variant("direction", "交叉注意力的方向反了（文章 B §4.2 的说法）：查询 Q 应来自解码器自己的 x，"
                             "键 K 和值 V 来自编码器的 memory——cross_attn(x, memory, memory, src_mask)。"
                             "反过来时每个输出位置对应的是原文的词，而不是译文的位置。", wrong)] if wrong is not None else []
         compare(got, want, what="解码器层的输出", variants=variants,

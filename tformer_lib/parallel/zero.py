@@ -30,7 +30,7 @@ def zero_bytes_per_rank(n_params: int, world_size: int, stage: int, *, param_byt
     """ZeRO 阶段 ``stage`` 下每个进程的模型状态字节数：``parameters``、``gradients``、``optimizer``、``total``。
 
     默认是 float32 + AdamW（4 + 4 + 8 字节/参数）；混合精度时传 ``param_bytes=2, grad_bytes=2, optimizer_bytes=12``
-    （16 位参数与梯度，float32 的主参数与两个矩），即 ZeRO 论文的 2 + 2 + K，K = 12。
+    （16 位参数与梯度，float32 的主权重与两个矩），即 ZeRO 论文的 2 + 2 + K，K = 12。
     """
     for name, value in (("n_params", n_params), ("world_size", world_size)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
