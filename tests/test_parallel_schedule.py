@@ -159,3 +159,29 @@ def test_measured_timeline_has_every_box_and_a_bubble():
     assert all(e.start >= end[("F", 0, e.micro_batch)] for e in events if e.kind == "F" and e.rank == 1)
     with pytest.raises(ValueError, match="整除"):
         measure_pipeline_timeline(model, torch.randint(4, 30, (16, 9)), micro_batches=3, batch_size=8)
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_a_slower_last_stage_is_the_bottleneck(kind):
+    """stage_cost：最后一段慢 c 倍时，它的 m 个前向与 m 个反向首尾相接，整段时间 = (p−1)(t_f+t_b) + m·c·(t_f+t_b)。"""
+    from tformer_lib.parallel.schedule import ideal_schedule
+
+    assert ideal_schedule(kind, 4, 6, backward_time=2.0, stage_cost=[1, 1, 1, 1]) == ideal_schedule(kind, 4, 6,
+                                                                                                    backward_time=2.0)
+    for p, m, c, t_b in ((4, 6, 3.0, 2.0), (2, 1, 1.5, 1.0), (5, 9, 2.0, 3.0)):
+        events = ideal_schedule(kind, p, m, backward_time=t_b, stage_cost=[1.0] * (p - 1) + [c])
+        span = max(e.end for e in events) - min(e.start for e in events)
+        assert span == pytest.approx((p - 1) * (1 + t_b) + m * c * (1 + t_b))
+        last = [e for e in events if e.rank == p - 1]
+        assert all(e.end - e.start == pytest.approx(c * (1 if e.kind == "F" else t_b)) for e in last)
+
+
+def test_stage_cost_is_checked():
+    from tformer_lib.parallel.schedule import ideal_schedule
+
+    with pytest.raises(ValueError, match="stage_cost.*3 个"):
+        ideal_schedule("gpipe", 3, 4, stage_cost=[1.0, 2.0])
+    with pytest.raises(ValueError, match="stage_cost"):
+        ideal_schedule("gpipe", 2, 4, stage_cost=[1.0, float("nan")])
+    with pytest.raises(ValueError, match="stage_cost"):
+        ideal_schedule("gpipe", 2, 4, stage_cost="12")

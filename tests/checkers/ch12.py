@@ -84,30 +84,33 @@ ALLREDUCE = Case(check_allreduce_gradients, ref_allreduce_gradients, also_correc
 ])
 
 
-# ---- 练习 3（预测再验证）：每段忙 m 格、空 p−1 格 ----
-def ref_bubble(stages, micro_batches):
-    return (stages - 1) / (micro_batches + stages - 1)
+# ---- 练习 3（预测再验证）：最后一段慢 c 倍时，它成了瓶颈 ----
+def ref_bubble(stages, micro_batches, last_stage_cost):
+    # 以“一次前向 + 一次反向”为一格：整段 (p−1) + m·c 格；忙碌 (p−1)·m + m·c 格（其余各段 m 格，最后一段 m·c 格）
+    p, m, c = stages, micro_batches, last_stage_cost
+    return 1 - m * (p - 1 + c) / (p * (p - 1 + m * c))
 
 
-def _measured_bubble(stages, micro_batches):  # 另一种对的做法：自己在理想时间线上量
-    events = ideal_schedule("gpipe", stages, micro_batches)
+def _measured_bubble(stages, micro_batches, last_stage_cost):  # 另一种对的做法：自己在理想时间线上量
+    events = ideal_schedule("gpipe", stages, micro_batches, stage_cost=[1.0] * (stages - 1) + [last_stage_cost])
     span = max(e.end for e in events) - min(e.start for e in events)
     return 1 - sum(e.end - e.start for e in events) / (stages * span)
 
 
-def _bubble_from_library_helpers(stages, micro_batches):  # 库的 busy_time、makespan 就是量空闲比例的答案
-    events = ideal_schedule("gpipe", stages, micro_batches)
+def _bubble_from_library_helpers(stages, micro_batches, last_stage_cost):  # 库的 busy_time、makespan 就是答案
+    events = ideal_schedule("gpipe", stages, micro_batches, stage_cost=[1.0] * (stages - 1) + [last_stage_cost])
     return 1 - sum(busy_time(events).values()) / (stages * makespan(events))
 
 
 BUBBLE = Case(check_bubble_fraction, ref_bubble, returns="number", also_correct=[_measured_bubble], wrong=[
-    Wrong("hard_coded", lambda p, m: 0.2),
-    Wrong("over_useful", lambda p, m: (p - 1) / m, key="over_useful"),
-    Wrong("denominator", lambda p, m: (p - 1) / (m + p), key="denominator"),
-    Wrong("busy", lambda p, m: m / (m + p - 1), key="busy"),
-    Wrong("half_at_p1", lambda p, m: ref_bubble(p, m) if p > 1 else 0.5, key="values"),
-    Wrong("half_at_m1", lambda p, m: ref_bubble(p, m) if m > 1 else 0.5, key="values"),
-    Wrong("library_call", lambda p, m: bubble_fraction(p, m), key="library_call"),
+    Wrong("hard_coded", lambda p, m, c: 0.2),
+    Wrong("balanced_formula", lambda p, m, c: (p - 1) / (m + p - 1), key="balanced"),
+    Wrong("over_useful", lambda p, m, c: (p - 1) / m, key="over_useful"),
+    Wrong("busy", lambda p, m, c: 1 - ref_bubble(p, m, c), key="busy"),
+    Wrong("half_at_p1", lambda p, m, c: ref_bubble(p, m, c) if p > 1 else 0.5, key="values"),
+    Wrong("half_at_m1", lambda p, m, c: ref_bubble(p, m, c) if m > 1 else 0.5, key="values"),
+    Wrong("scaled_numerator", lambda p, m, c: (p - 1) * c / (m * c + p - 1), key="values"),
+    Wrong("library_call", lambda p, m, c: bubble_fraction(p, m), key="library_call"),
     Wrong("busy_time_and_makespan", _bubble_from_library_helpers, key="library_call"),
 ])
 

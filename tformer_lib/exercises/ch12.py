@@ -294,11 +294,13 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
 
 
 def check_bubble_fraction(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(stages, micro_batches) -> 数``：p 段、m 个微批的流水线里，各段合起来空闲的比例。
+    """检查 ``fn(stages, micro_batches, last_stage_cost) -> 数``：p 段、m 个微批、最后一段的前向与反向都比其余各段
+    慢 c = ``last_stage_cost`` 倍（c ≥ 1，如放了输出层的那一段）时，各段合起来空闲的比例。
 
-    与理想调度的时间线（:func:`~tformer_lib.parallel.schedule.ideal_schedule`：GPipe 与 1F1B、随机的反向耗时）
-    量出来的空闲比例比较（含 p=1、m=1 的边界）。检查期间库里的 ``bubble_fraction``、``idle_fraction``、
-    ``idle_per_rank``、``busy_time``、``makespan`` 被禁用（自己在 ``ideal_schedule`` 的时间线上量，也算对）。
+    与理想调度的时间线（:func:`~tformer_lib.parallel.schedule.ideal_schedule` 的 ``stage_cost``：GPipe 与 1F1B、
+    随机的反向耗时）量出来的空闲比例比较（含 p=1、m=1、c=1 的边界）。c = 1 时就是 5.2 节的 (p−1)/(m+p−1)；
+    c > 1 时还用它，检查器会指出。检查期间库里的 ``bubble_fraction``、``idle_fraction``、``idle_per_rank``、
+    ``busy_time``、``makespan`` 被禁用（自己在 ``ideal_schedule`` 的时间线上量，也算对）。
     """
     from tformer_lib.parallel import schedule as sch
     from tformer_lib.parallel.pipeline import bubble_fraction
@@ -306,29 +308,36 @@ def check_bubble_fraction(fn: Callable[..., Any], *, verbose: bool = True) -> Ch
     banned = (bubble_fraction, sch.idle_fraction, sch.idle_per_rank, sch.busy_time, sch.makespan)
 
     def cases(f):
-        for i, g in enumerate(random_cases(14, seed=124)):
-            # 边界：第 2、3 组 p=1（没有流水线，不空闲），第 4、5 组 m=1；其余随机（也可能抽到 p=1、m=1）
-            p = 1 if i in (1, 2) else draw_int(g, 2, 8) if i < 10 else draw_int(g, 1, 8)
+        for i, g in enumerate(random_cases(16, seed=124)):
+            # 边界：第 2、3 组 p=1（没有流水线，不空闲），第 4、5 组 m=1，第 6、7 组 c=1（各段一样快）；其余随机
+            p = 1 if i in (1, 2) else draw_int(g, 2, 8) if i < 12 else draw_int(g, 1, 8)
             m = draw_int(g, 1, p - 1) if i == 0 else 1 if i in (3, 4) else draw_int(g, 1, 32)
+            c = 1.0 if i in (5, 6) else draw_choice(g, (1.5, 2.0, 3.0, 4.0)) if i < 12 else draw_choice(g, (1.0, 2.0, 2.5))
             kind = ("gpipe", "1f1b")[i % 2]
             t_b = draw_choice(g, (1.0, 2.0, 3.0))
-            events = sch.ideal_schedule(kind, p, m, backward_time=t_b)
+            events = sch.ideal_schedule(kind, p, m, backward_time=t_b, stage_cost=[1.0] * (p - 1) + [c])
             busy = sum(e.end - e.start for e in events)
             span = max(e.end for e in events) - min(e.start for e in events)
             want = 1 - busy / (p * span)
-            call = f"bubble(stages={p}, micro_batches={m})"
-            compare_number(_call(f, banned, p, m), want,
-                           what=f"{call} 的返回值", rtol=1e-6, atol=1e-9, variants=[
+            call = f"bubble(stages={p}, micro_batches={m}, last_stage_cost={c:g})"
+            variants = [
                 Variant("over_useful", "(p−1)/m 是气泡时间与有用计算时间之比（Narayanan 等人 2021 年给出的 (p−1)/m）；"
-                        "这里问的是占整段时间的比例，分母是 m+p−1", (p - 1) / m),
-                Variant("denominator", "整段时间是 m+p−1 个“格”（每段忙 m 格、等 p−1 格），分母不是 m+p", (p - 1) / (m + p)),
+                        "这里问的是占整段时间的比例", (p - 1) / m),
+                Variant("denominator", "各段一样快时整段时间是 m+p−1 个“格”（每段忙 m 格、等 p−1 格），分母不是 m+p",
+                        (p - 1) / (m + p)),
                 Variant("one_over_m", "气泡随段数 p 变大：每段开头等 p−1 格、末尾也等 p−1 格", 1 / m),
-                Variant("numerator", "每段忙 m 格、空 p−1 格：空闲的是 p−1 格，不是 p 格", p / (m + p - 1)),
-                Variant("busy", "这是忙碌的比例 m/(m+p−1)；问的是空闲的比例", m / (m + p - 1)),
-            ], default_hint=f"{call}：{kind} 理想时间线（反向耗时 {t_b:g}×前向）上量出的空闲比例是 {want:.4f}")
+                Variant("busy", "这是忙碌的比例；问的是空闲的比例", 1 - want),
+            ]
+            if c != 1:
+                variants.insert(0, Variant(
+                    "balanced", f"(p−1)/(m+p−1) 只在各段一样快时成立。最后一段慢 c={c:g} 倍时它是瓶颈：前向与反向各有 m 件事"
+                    "在它那里首尾相接，整段时间变长了，而其余各段的忙碌时间不变", (p - 1) / (m + p - 1)))
+            compare_number(_call(f, banned, p, m, c), want, what=f"{call} 的返回值", rtol=1e-6, atol=1e-9,
+                           variants=variants,
+                           default_hint=f"{call}：{kind} 理想时间线（反向耗时 {t_b:g}×前向）上量出的空闲比例是 {want:.4f}")
 
-    return run_checks("流水线的气泡比例", fn, [("14 组随机的 p、m（含 p=1、m=1），GPipe 与 1F1B，对照理想时间线", cases)],
-                      verbose=verbose, forbidden=banned)
+    return run_checks("流水线的气泡比例", fn, [("16 组随机的 p、m 与最后一段的倍数 c（含 p=1、m=1、c=1），GPipe 与 1F1B，"
+                                          "对照理想时间线", cases)], verbose=verbose, forbidden=banned)
 
 
 # ---- 扩展：1F1B 与 GPipe 各要存几份激活 ------------------------------------------------------------------

@@ -85,11 +85,13 @@ def stage_order(schedule: str, stages: int, micro_batches: int, stage: int) -> l
 
 
 def ideal_schedule(schedule: str, stages: int, micro_batches: int, *, forward_time: float = 1.0,
-                   backward_time: float = 1.0) -> IdealTimeline:
+                   backward_time: float = 1.0, stage_cost: Sequence[float] | None = None) -> IdealTimeline:
     """理想调度的时间线：每段按 :func:`stage_order` 的顺序做事，每件事尽早开始。
 
     依赖：第 s 段的前向 i 要等第 s−1 段的前向 i 做完（它的输出就是本段的输入）；反向 i 要等第 s+1 段的反向 i
-    （对本段输出的梯度），最后一段的反向 i 要等自己的前向 i。通信不花时间。返回按开始时间排好的事件列表
+    （对本段输出的梯度），最后一段的反向 i 要等自己的前向 i。通信不花时间。``stage_cost``（可选，每段一个正数）
+    是各段的相对耗时：第 s 段的前向花 ``stage_cost[s] × forward_time``、反向花 ``stage_cost[s] × backward_time``
+    （段与段不均衡时，如放了输出层的最后一段更慢）；默认各段都是 1。返回按开始时间排好的事件列表
     （:class:`IdealTimeline`，画图时据此用理想的时间单位）。
     """
     _check_schedule(schedule)
@@ -98,6 +100,15 @@ def ideal_schedule(schedule: str, stages: int, micro_batches: int, *, forward_ti
         if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
                 or not value > 0):
             raise ValueError(f"{name} 应是有限的正数，收到 {value!r}")
+    if stage_cost is None:
+        cost = [1.0] * p
+    else:
+        if isinstance(stage_cost, (str, bytes)) or not isinstance(stage_cost, Sequence) or len(stage_cost) != p:
+            raise ValueError(f"stage_cost 应是每段一个数的序列（{p} 个），收到 {stage_cost!r}")
+        if any(isinstance(c, bool) or not isinstance(c, numbers.Real) or not math.isfinite(c) or not c > 0
+               for c in stage_cost):
+            raise ValueError(f"stage_cost 的每一项应是有限的正数，收到 {list(stage_cost)!r}")
+        cost = [float(c) for c in stage_cost]
     orders = [stage_order(schedule, p, m, s) for s in range(p)]
     done: dict[tuple[str, int, int], float] = {}  # (kind, stage, micro_batch) → 结束时间
     free = [0.0] * p  # 每段空下来的时刻
@@ -115,7 +126,7 @@ def ideal_schedule(schedule: str, stages: int, micro_batches: int, *, forward_ti
                 if dep is not None and dep not in done:
                     break  # 等别的段
                 start = max(free[s], done[dep] if dep is not None else 0.0)
-                end = start + (forward_time if kind == "F" else backward_time)
+                end = start + cost[s] * (forward_time if kind == "F" else backward_time)
                 done[(kind, s, i)] = free[s] = end
                 events.append(PipelineEvent(s, kind, i, start, end))
                 pos[s] += 1

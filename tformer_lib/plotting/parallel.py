@@ -121,10 +121,11 @@ def plot_pipeline_schedules(stages: int = 4, micro_batches: int = 8, *, schedule
                             backward_time: float = 2.0, title: str | None = None):
     """同样 p 段、m 个微批的理想调度上下并排（默认 GPipe 与 1F1B，反向耗时 = 2 × 前向）。
 
-    每条的标题写着空闲比例和第 0 段同时在飞的微批数的峰值（要存几份激活）；总标题写出公式 (p−1)/(m+p−1) 的值。
+    每条的标题写着它的空闲比例；总标题写出公式 (p−1)/(m+p−1) 的值。各段同时在飞的微批数（要存几份激活）
+    不写在图上：它是第 12 章的练习 4，读者从时间线上自己数。
     """
     from tformer_lib.parallel.pipeline import bubble_fraction
-    from tformer_lib.parallel.schedule import ideal_schedule, peak_in_flight
+    from tformer_lib.parallel.schedule import ideal_schedule
 
     names = {"gpipe": "GPipe", "1f1b": "1F1B"}
     if isinstance(schedules, str):  # 一个名字 = 只画这一种调度（不要把字符串逐字拆开）
@@ -135,7 +136,7 @@ def plot_pipeline_schedules(stages: int = 4, micro_batches: int = 8, *, schedule
     panels = {}
     for sch in schedules:
         events = ideal_schedule(sch, stages, micro_batches, backward_time=backward_time)
-        panels[f"{names.get(sch, sch)}（第 0 段最多 {peak_in_flight(events)[0]} 个微批在飞）"] = events
+        panels[names.get(sch, sch)] = events
     bubble = bubble_fraction(stages, micro_batches)
     return plot_pipeline_timeline(panels, title=title or (f"p = {stages} 段、m = {micro_batches} 个微批："
                                                          f"气泡 (p−1)/(m+p−1) = {bubble:.1%}"))

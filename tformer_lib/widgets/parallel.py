@@ -47,7 +47,7 @@ def pipeline_schedule_explorer(stages: int = 4, micro_batches: int = 8, *, backw
     """流水线调度探索器：静态滑块“微批数 m”（网页上也能拖），Jupyter 里还能改段数 p。
 
     每帧是 :func:`~tformer_lib.plotting.parallel.plot_pipeline_schedules`：GPipe 与 1F1B 的理想时间线上下并排，
-    标题里是气泡比例 (p−1)/(m+p−1) 与第 0 段在飞微批数的峰值。
+    标题里是气泡比例 (p−1)/(m+p−1)（在飞微批数的峰值留给练习 4，不写在图上）。
     """
     from tformer_lib.plotting.parallel import plot_pipeline_schedules
 
