@@ -83,7 +83,7 @@ def fp16_overflow(value: float = 40.0, d_k: int = 64) -> dict[str, dict[str, flo
     结果 ``value²·d_k``（默认 102400）超过 float16 的最大值 65504 就成了 inf，softmax 随之给出 NaN。
 
     返回每种格式的 ``score``（点积结果）、``finite`` 与 ``softmax_nan``（把这个分数与一个 0 分数一起做 softmax）。
-    先除以 √d_k 再相乘（本书注意力的做法是乘后再除）或改用 bfloat16 都能避免它。
+    改用 bfloat16 能避免它；先除以 √d_k 再相乘（本书注意力的做法是乘后再除）只把上限放宽 √d_k 倍（第 11 章练习 4）。
     """
     out = {}
     for name, dtype in DTYPES.items():

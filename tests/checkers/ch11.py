@@ -70,21 +70,28 @@ ACCUM = Case(check_accumulated_loss, ref_accumulated_loss, returns="number",
 
 
 # ---- 练习 4（预测再验证）：value² · d_k > 65504 ----
-def ref_fp16_overflows(value, d_k):
-    return value * value * d_k > 65504
+def ref_fp16_overflows(value, d_k, scale_first):
+    # 上溢看结果里最大的那个数：先乘后除是点积 value²·d_k，先除后乘是 value²·√d_k
+    return value * value * (d_k ** 0.5 if scale_first else d_k) > 65504
+
+
+def _computes_in_fp16(v, d, scale_first):  # 真的在 float16 里算一遍：结果对，但这是测量不是预测
+    q = torch.full((d,), v).half()
+    scale = torch.tensor(d ** -0.5).half()
+    return not bool(torch.isfinite((q * scale) @ q if scale_first else (q @ q) * scale))
 
 
 FP16 = Case(check_fp16_overflow, ref_fp16_overflows, returns="bool",
-            also_correct=[lambda v, d: v * v * d > torch.finfo(torch.float16).max],  # finfo 是查表，不是计算
+            also_correct=[lambda v, d, s: v * v * (d ** 0.5 if s else d) > torch.finfo(torch.float16).max],  # 查表
             wrong=[
-    Wrong("hard_coded", lambda v, d: True),
-    # 真的在 float16 里算一遍：结果对，但这是测量不是预测
-    Wrong("computes_in_fp16", lambda v, d: not bool(torch.isfinite(torch.full((d,), v).half() @ torch.full((d,), v).half())),
-          key="computed"),
-    Wrong("bf16_range", lambda v, d: v * v * d > 3.4e38, key="missed_overflow"),
-    Wrong("no_square", lambda v, d: v * d > 65504, key="missed_overflow"),
-    Wrong("fp16_tiny", lambda v, d: v * v * d > 6.1e-5, key="false_alarm"),
-    Wrong("calls_the_library", lambda v, d: not fp16_overflow(v, d)["fp16"]["finite"], key="computed"),  # 库函数也在 float16 里算
+    Wrong("hard_coded", lambda v, d, s: True),
+    Wrong("computes_in_fp16", _computes_in_fp16, key="computed"),
+    Wrong("ignores_the_order", lambda v, d, s: v * v * d > 65504, key="order_ignored"),
+    Wrong("scaling_always_saves", lambda v, d, s: (not s) and v * v * d > 65504, key="scaled_still_overflows"),
+    Wrong("scaled_either_way", lambda v, d, s: v * v * d ** 0.5 > 65504, key="missed_overflow"),
+    Wrong("bf16_range", lambda v, d, s: v * v * d > 3.4e38, key="scaled_still_overflows"),  # 第一处错在先缩放的一组
+    Wrong("fp16_tiny", lambda v, d, s: v * v * d > 6.1e-5, key="false_alarm"),
+    Wrong("calls_the_library", lambda v, d, s: not fp16_overflow(v, d)["fp16"]["finite"], key="computed"),
 ])
 
 CASES = [STATES, FFN, ACCUM, FP16]

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -192,39 +193,56 @@ def check_accumulated_loss(fn: Callable[..., Any], *, verbose: bool = True) -> C
 
 
 def check_fp16_overflow(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(value, d_k) -> bool``：两个分量都是 ``value`` 的 ``d_k`` 维 float16 向量，点积会不会上溢成 inf。
-    与 PyTorch 在 float16 里真的算出的结果比较（取的情形都离 65504 的边界较远）。"""
+    """检查 ``fn(value, d_k, scale_first) -> bool``：两个分量都是 ``value`` 的 ``d_k`` 维 float16 向量 q、k，
+    算缩放后的注意力分数 q·k/√d_k 时会不会上溢成 inf。``scale_first=False``：先在 float16 里算点积、再除以 √d_k
+    （本书显式路径的做法）；``True``：先把 q 除以 √d_k、再与 k 做点积。
+    与 PyTorch 在 float16 里真的按这个顺序算出的结果比较（取的情形都离 65504 的边界较远；两种顺序各半）。"""
 
     def cases(f):
         answers = []
-        for g in random_cases(10, seed=114):
+        for i, g in enumerate(random_cases(12, seed=114)):
+            scale_first = i % 2 == 1
             while True:
                 d_k = draw_choice(g, (16, 32, 64, 128, 256))
                 value = float(draw_int(g, 2, 120))
-                ratio = value * value * d_k / 65504
-                if abs(ratio - 1) > 0.05 and (len(answers) < 5 or (ratio > 1) != answers[-1]):
-                    break
+                peak = value * value * (math.sqrt(d_k) if scale_first else d_k)  # 结果里最大的那个数
+                ratio = peak / 65504
+                if abs(ratio - 1) < 0.05 or (len(answers) >= 2 and (ratio > 1) == answers[-2]):
+                    continue  # 离边界太近，或与同一种顺序的上一组答案相同：再抽
+                if scale_first and i in (1, 3) and not value * value * d_k > 65504 * 1.05:
+                    continue  # 前两组“先缩放”：不缩放就会上溢的情形，看读者是否考虑了顺序
+                break
             q = torch.full((d_k,), value, dtype=torch.float16)
-            want = not bool(torch.isfinite(q @ q))
+            scale = torch.tensor(1 / math.sqrt(d_k), dtype=torch.float16)
+            score = (q * scale) @ q if scale_first else (q @ q) * scale  # 0 维，都在 float16 里
+            want = not bool(torch.isfinite(score))
             answers.append(want)
+            call = f"fp16_overflows({value:g}, {d_k}, scale_first={scale_first})"
             with TorchCalls() as calls:
-                returned = f(value, d_k)
+                returned = f(value, d_k, scale_first)
             if calls.producing(torch.float16):
-                raise Mistake(f"fp16_overflows({value:g}, {d_k}) 在 float16 里算了（{'、'.join(calls.producing(torch.float16))}）："
-                              "这是预测题，用 value 与 d_k 算出点积有多大、再与 float16 的最大值比，不要真的在 float16 里算",
+                raise Mistake(f"{call} 在 float16 里算了（{'、'.join(calls.producing(torch.float16))}）："
+                              "这是预测题，算出结果里最大的那个数有多大、再与 float16 的最大值比，不要真的在 float16 里算",
                               key="computed")
-            got = as_bool(returned, f"fp16_overflows({value:g}, {d_k}) 的返回值")
-            if got != want:
-                total = value * value * d_k
-                if want:
-                    hint, key = (f"点积是 d_k 个 value² 之和：{value:g}² × {d_k} = {total:g}，超过了 float16 的最大值 65504"
-                                 "（3.4·10³⁸ 是 bfloat16 与 float32 的上限）", "missed_overflow")
-                else:
-                    hint, key = f"{value:g}² × {d_k} = {total:g}，没有超过 float16 的最大值 65504", "false_alarm"
-                raise Mistake(f"fp16_overflows({value:g}, {d_k})：float16 里{'上溢成 inf' if want else '没有上溢'}，"
-                              f"你预测{'会' if got else '不会'}。{hint}", key=key)
+            got = as_bool(returned, f"{call} 的返回值")
+            if got == want:
+                continue
+            dot, scaled = value * value * d_k, value * value * math.sqrt(d_k)
+            if scale_first and not want:
+                hint, key = (f"先把 q 除以 √d_k：每个乘积是 value²/√d_k，d_k 个加起来是 value²·√d_k = {scaled:g}，"
+                             f"没有超过 65504——不缩放时的点积 {dot:g} 根本没有出现过", "order_ignored")
+            elif scale_first:
+                hint, key = (f"先缩放也只把上限放宽了 √d_k 倍：结果 value²·√d_k = {scaled:g} 仍超过 65504", "scaled_still_overflows")
+            elif want:
+                hint, key = (f"先算点积：d_k 个 value² 之和 {value:g}² × {d_k} = {dot:g}，还没除以 √d_k 就超过了 float16 的最大值 65504"
+                             "（3.4·10³⁸ 是 bfloat16 与 float32 的上限；除以 √d_k 来不及）", "missed_overflow")
+            else:
+                hint, key = f"{value:g}² × {d_k} = {dot:g}，没有超过 float16 的最大值 65504", "false_alarm"
+            raise Mistake(f"{call}：float16 里{'上溢成 inf' if want else '没有上溢'}，你预测{'会' if got else '不会'}。{hint}",
+                          key=key)
 
     from tformer_lib.precision import fp16_overflow
 
-    return run_checks("float16 的点积会不会上溢", fn, [("10 组随机的值与维度", cases)], verbose=verbose,
+    return run_checks("float16 的注意力分数会不会上溢", fn, [("12 组随机的值与维度，先乘后除与先除后乘各 6 组", cases)],
+                      verbose=verbose,
                       forbidden=(fp16_overflow,))
