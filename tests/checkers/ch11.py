@@ -81,16 +81,32 @@ def _computes_in_fp16(v, d, scale_first):  # 真的在 float16 里算一遍：�
     return not bool(torch.isfinite((q * scale) @ q if scale_first else (q @ q) * scale))
 
 
+def _numpy_fp16(v, d, s):  # 在 NumPy 的 float16 里算：也是测量，不是预测
+    import numpy as np
+
+    q = np.full(d, v, dtype=np.float16)
+    scale = np.float16(d ** -0.5)
+    with np.errstate(over="ignore"):
+        return not bool(np.isfinite((q * scale) @ q if s else (q @ q) * scale))
+
+
+def _wrong_threshold(v, d, s):  # 规律对、边界错：离边界近的情形分得出来
+    return v * v * (d ** 0.5 if s else d) > 1e5
+
+
 FP16 = Case(check_fp16_overflow, ref_fp16_overflows, returns="bool",
             also_correct=[lambda v, d, s: v * v * (d ** 0.5 if s else d) > torch.finfo(torch.float16).max],  # 查表
             wrong=[
     Wrong("hard_coded", lambda v, d, s: True),
     Wrong("computes_in_fp16", _computes_in_fp16, key="computed"),
+    Wrong("computes_in_numpy_fp16", _numpy_fp16, key="computed"),
     Wrong("ignores_the_order", lambda v, d, s: v * v * d > 65504, key="order_ignored"),
     Wrong("scaling_always_saves", lambda v, d, s: (not s) and v * v * d > 65504, key="scaled_still_overflows"),
-    Wrong("scaled_either_way", lambda v, d, s: v * v * d ** 0.5 > 65504, key="missed_overflow"),
-    Wrong("bf16_range", lambda v, d, s: v * v * d > 3.4e38, key="scaled_still_overflows"),  # 第一处错在先缩放的一组
-    Wrong("fp16_tiny", lambda v, d, s: v * v * d > 6.1e-5, key="false_alarm"),
+    Wrong("scaled_either_way", lambda v, d, s: v * v * d ** 0.5 > 65504, key="scaled_either_way"),
+    Wrong("bf16_range", lambda v, d, s: v * v * d > 3.4e38, key="missed_overflow"),
+    Wrong("wrong_threshold", _wrong_threshold, key="values"),
+    Wrong("wrong_exponent", lambda v, d, s: v * v * (d ** 0.45 if s else d) > 65504, key="values"),
+    Wrong("fp16_tiny", lambda v, d, s: v * v * d > 6.1e-5, key="values"),
     Wrong("calls_the_library", lambda v, d, s: not fp16_overflow(v, d)["fp16"]["finite"], key="computed"),
 ])
 

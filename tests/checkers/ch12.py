@@ -91,7 +91,12 @@ def ref_bubble(stages, micro_batches, last_stage_cost):
     return 1 - m * (p - 1 + c) / (p * (p - 1 + m * c))
 
 
-def _measured_bubble(stages, micro_batches, last_stage_cost):  # 另一种对的做法：自己在理想时间线上量
+def _factored_bubble(stages, micro_batches, last_stage_cost):  # 同一个式子的另一种写法：(p−1)(p + m(c−1)) / (p(p−1+mc))
+    p, m, c = stages, micro_batches, last_stage_cost
+    return (p - 1) * (p + m * (c - 1)) / (p * (p - 1 + m * c))
+
+
+def _measured_bubble(stages, micro_batches, last_stage_cost):  # 在库的理想时间线上量：不是推导，ideal_schedule 也禁用
     events = ideal_schedule("gpipe", stages, micro_batches, stage_cost=[1.0] * (stages - 1) + [last_stage_cost])
     span = max(e.end for e in events) - min(e.start for e in events)
     return 1 - sum(e.end - e.start for e in events) / (stages * span)
@@ -102,13 +107,17 @@ def _bubble_from_library_helpers(stages, micro_batches, last_stage_cost):  # 库
     return 1 - sum(busy_time(events).values()) / (stages * makespan(events))
 
 
-BUBBLE = Case(check_bubble_fraction, ref_bubble, returns="number", also_correct=[_measured_bubble], wrong=[
+BUBBLE = Case(check_bubble_fraction, ref_bubble, returns="number", also_correct=[_factored_bubble], wrong=[
+    Wrong("measures_the_library_timeline", _measured_bubble, key="library_call"),
     Wrong("hard_coded", lambda p, m, c: 0.2),
     Wrong("balanced_formula", lambda p, m, c: (p - 1) / (m + p - 1), key="balanced"),
     Wrong("over_useful", lambda p, m, c: (p - 1) / m, key="over_useful"),
     Wrong("busy", lambda p, m, c: 1 - ref_bubble(p, m, c), key="busy"),
     Wrong("half_at_p1", lambda p, m, c: ref_bubble(p, m, c) if p > 1 else 0.5, key="values"),
-    Wrong("half_at_m1", lambda p, m, c: ref_bubble(p, m, c) if m > 1 else 0.5, key="values"),
+    Wrong("wrong_at_m1", lambda p, m, c: ref_bubble(p, m, c) if m > 1 else 0.3, key="values"),  # m=1 时答案是 1−1/p
+    Wrong("slow_fill_and_drain", lambda p, m, c: 1 - m * (p - 1 + c) / (p * c * (m + p - 1)), key="slow_fill"),
+    Wrong("one_fast_stage", lambda p, m, c: 1 - m / (p - 1 + m * c), key="one_stage"),
+    Wrong("percent", lambda p, m, c: 100 * ref_bubble(p, m, c), key="percent"),
     Wrong("scaled_numerator", lambda p, m, c: (p - 1) * c / (m * c + p - 1), key="values"),
     Wrong("library_call", lambda p, m, c: bubble_fraction(p, m), key="library_call"),
     Wrong("busy_time_and_makespan", _bubble_from_library_helpers, key="library_call"),

@@ -165,6 +165,7 @@ def _guard(fn: Callable[..., Any], watch: Sequence[Any] = (), record: list[str] 
         return out
 
     wrapped.__name__ = getattr(fn, "__name__", "fn")
+    wrapped.__wrapped__ = fn  # 检查器要读读者的代码时用它（inspect.unwrap）
     return wrapped
 
 

@@ -192,57 +192,105 @@ def check_accumulated_loss(fn: Callable[..., Any], *, verbose: bool = True) -> C
 # ---- 预测再验证：float16 的点积会不会上溢 ----------------------------------------------------------------
 
 
+#: 读者的函数里出现这些名字，就是在 float16 里算（torch、NumPy 都算），或者绕过了记录 torch 调用的办法
+_FP16_NAMES = frozenset({"float16", "half", "HalfTensor", "DisableTorchFunction", "Thread", "subprocess"})
+
+
+def _names_in(fn) -> set[str]:
+    """读者的函数（及其中嵌套的函数）代码里用到的名字与字符串常量。"""
+    import inspect
+
+    found: set[str] = set()
+    stack = [getattr(inspect.unwrap(fn), "__code__", None)]
+    while stack:
+        code = stack.pop()
+        if code is None:
+            continue
+        found.update(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, str):
+                found.add(const)
+            elif hasattr(const, "co_names"):
+                stack.append(const)
+    return found
+
+
+def _fp16_cases(g) -> list[tuple[float, int, bool]]:
+    """24 组 (value, d_k, scale_first)，两种顺序各 12 组。结果里最大的数与 65504 之比分四档：远低于（0.2–0.8）、
+    略低于（0.85–0.93）、略高于（1.08–1.18）、远高于（1.3–5）；先缩放的组里至少 3 组不缩放就会上溢。"""
+    bands = [(0.2, 0.8), (0.85, 0.93), (1.08, 1.18), (1.3, 5.0)]
+    out = []
+    for i in range(24):
+        scale_first = i % 2 == 1
+        low, high = bands[draw_int(g, 0, 3)] if i >= 8 else bands[(i // 2) % 4]
+        while True:
+            d_k = draw_choice(g, (16, 32, 64, 128, 256))
+            value = float(draw_int(g, 2, 160))
+            ratio = value * value * (math.sqrt(d_k) if scale_first else d_k) / 65504
+            order_matters = value * value * d_k > 65504 * 1.05
+            if low <= ratio <= high and (not scale_first or i not in (1, 3, 5) or order_matters):
+                break
+        out.append((value, d_k, scale_first))
+    return out
+
+
 def check_fp16_overflow(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """检查 ``fn(value, d_k, scale_first) -> bool``：两个分量都是 ``value`` 的 ``d_k`` 维 float16 向量 q、k，
     算缩放后的注意力分数 q·k/√d_k 时会不会上溢成 inf。``scale_first=False``：先在 float16 里算点积、再除以 √d_k
     （本书显式路径的做法）；``True``：先把 q 除以 √d_k、再与 k 做点积。
-    与 PyTorch 在 float16 里真的按这个顺序算出的结果比较（取的情形都离 65504 的边界较远；两种顺序各半）。"""
+    与 PyTorch 在 float16 里真的按这个顺序算出的结果比较：24 组，两种顺序各 12 组，有的离 65504 的边界很近（8%–18%）。
+    读者的函数在 float16 里算（torch 的调用被记录；代码里出现 ``float16``、``half`` 等名字也算）→ ❌ ``computed``。
+    答错时按读者全部的回答找出是哪一种常见的错（忽略顺序、以为先缩放总能避免、两种顺序都按缩放后的分数算……）。"""
 
     def cases(f):
-        answers = []
-        for i, g in enumerate(random_cases(12, seed=114)):
-            scale_first = i % 2 == 1
-            while True:
-                d_k = draw_choice(g, (16, 32, 64, 128, 256))
-                value = float(draw_int(g, 2, 120))
-                peak = value * value * (math.sqrt(d_k) if scale_first else d_k)  # 结果里最大的那个数
-                ratio = peak / 65504
-                if abs(ratio - 1) < 0.05 or (len(answers) >= 2 and (ratio > 1) == answers[-2]):
-                    continue  # 离边界太近，或与同一种顺序的上一组答案相同：再抽
-                if scale_first and i in (1, 3) and not value * value * d_k > 65504 * 1.05:
-                    continue  # 前两组“先缩放”：不缩放就会上溢的情形，看读者是否考虑了顺序
-                break
+        rows = []
+        for value, d_k, scale_first in _fp16_cases(random_cases(1, seed=114)[0]):
             q = torch.full((d_k,), value, dtype=torch.float16)
             scale = torch.tensor(1 / math.sqrt(d_k), dtype=torch.float16)
             score = (q * scale) @ q if scale_first else (q @ q) * scale  # 0 维，都在 float16 里
-            want = not bool(torch.isfinite(score))
-            answers.append(want)
+            rows.append((value, d_k, scale_first, not bool(torch.isfinite(score))))
+        names = _names_in(f)
+        mentioned = sorted(names & _FP16_NAMES - ({"float16"} if "finfo" in names else set()))  # 查 finfo(float16) 的表不算
+        got = []
+        for value, d_k, scale_first, _ in rows:
             call = f"fp16_overflows({value:g}, {d_k}, scale_first={scale_first})"
             with TorchCalls() as calls:
                 returned = f(value, d_k, scale_first)
-            if calls.producing(torch.float16):
-                raise Mistake(f"{call} 在 float16 里算了（{'、'.join(calls.producing(torch.float16))}）："
-                              "这是预测题，算出结果里最大的那个数有多大、再与 float16 的最大值比，不要真的在 float16 里算",
-                              key="computed")
-            got = as_bool(returned, f"{call} 的返回值")
-            if got == want:
-                continue
-            dot, scaled = value * value * d_k, value * value * math.sqrt(d_k)
-            if scale_first and not want:
-                hint, key = (f"先把 q 除以 √d_k：每个乘积是 value²/√d_k，d_k 个加起来是 value²·√d_k = {scaled:g}，"
-                             f"没有超过 65504——不缩放时的点积 {dot:g} 根本没有出现过", "order_ignored")
-            elif scale_first:
-                hint, key = (f"先缩放也只把上限放宽了 √d_k 倍：结果 value²·√d_k = {scaled:g} 仍超过 65504", "scaled_still_overflows")
-            elif want:
-                hint, key = (f"先算点积：d_k 个 value² 之和 {value:g}² × {d_k} = {dot:g}，还没除以 √d_k 就超过了 float16 的最大值 65504"
-                             "（3.4·10³⁸ 是 bfloat16 与 float32 的上限；除以 √d_k 来不及）", "missed_overflow")
-            else:
-                hint, key = f"{value:g}² × {d_k} = {dot:g}，没有超过 float16 的最大值 65504", "false_alarm"
-            raise Mistake(f"{call}：float16 里{'上溢成 inf' if want else '没有上溢'}，你预测{'会' if got else '不会'}。{hint}",
-                          key=key)
+            used = calls.producing(torch.float16) or mentioned
+            if used:
+                raise Mistake(f"{call} 在 float16 里算了（{'、'.join(used)}）：这是预测题，想清楚计算过程中出现的数有多大、"
+                              "再与 float16 的最大值比，不要真的在 float16 里算（torch、NumPy 都不行）", key="computed")
+            got.append(as_bool(returned, f"{call} 的返回值"))
+        wrong = [(row, g) for row, g in zip(rows, got) if g != row[3]]
+        if not wrong:
+            return
+        # 按全部回答的样子找出是哪一种错：某个常见的错误规则与读者的每一个回答都一致，就说它
+        patterns = {
+            "order_ignored": (lambda v, d, s: v * v * d > 65504,
+                              "两种顺序你都按点积 value²·d_k 判断。先把 q 除以 √d_k 时，每个乘积是 value²/√d_k，"
+                              "计算过程中最大的数是最后的分数 value²·√d_k——不缩放时的点积根本没有出现过"),
+            "scaled_still_overflows": (lambda v, d, s: (not s) and v * v * d > 65504,
+                                       "你以为先缩放就一定不会上溢。它只把上限放宽了 √d_k 倍：value²·√d_k 超过 65504 时照样上溢"),
+            "scaled_either_way": (lambda v, d, s: v * v * math.sqrt(d) > 65504,
+                                  "两种顺序你都按缩放后的分数 value²·√d_k 判断。先算点积时，value²·d_k 要先在 float16 里存下来，"
+                                  "还没除以 √d_k 就可能已经是 inf，除法来得太晚"),
+            "missed_overflow": (lambda v, d, s: False,
+                                "float16 能表示的最大数是 65504（3.4·10³⁸ 是 bfloat16 与 float32 的上限）"),
+        }
+        for key, (rule, hint) in patterns.items():
+            if all(rule(v, d, s) == g for (v, d, s, _), g in zip(rows, got)):
+                (value, d_k, scale_first, want), _ = wrong[0]
+                raise Mistake(f"fp16_overflows({value:g}, {d_k}, scale_first={scale_first})：float16 里"
+                              f"{'上溢成 inf' if want else '没有上溢'}，你预测{'不会' if want else '会'}。{hint}", key=key)
+        (value, d_k, scale_first, want), _ = wrong[0]
+        largest = value * value * (math.sqrt(d_k) if scale_first else d_k)
+        what = "先除后乘：最大的数是分数 value²·√d_k" if scale_first else "先乘后除：最大的数是点积 value²·d_k"
+        raise Mistake(f"fp16_overflows({value:g}, {d_k}, scale_first={scale_first})：float16 里"
+                      f"{'上溢成 inf' if want else '没有上溢'}，你预测{'不会' if want else '会'}（{len(wrong)}/{len(rows)} 组答错）。"
+                      f"{what} = {largest:g}，与 65504 比", key="values")
 
     from tformer_lib.precision import fp16_overflow
 
-    return run_checks("float16 的注意力分数会不会上溢", fn, [("12 组随机的值与维度，先乘后除与先除后乘各 6 组", cases)],
+    return run_checks("float16 的注意力分数会不会上溢", fn, [("24 组随机的值与维度（先乘后除、先除后乘各 12 组，有的离边界只差 8%）", cases)],
                       verbose=verbose,
                       forbidden=(fp16_overflow,))
