@@ -169,3 +169,5 @@ def test_losses_take_any_integer_blocks_and_check_the_layout():
     assert global_mean_lm_loss(model, blocks.int())[1] == pytest.approx(global_mean_lm_loss(model, blocks)[1])
     with pytest.raises(ValueError, match="block"):
         lm_loss(model, blocks[0])
+    all_pad = torch.full((2, 9), PAD)  # 没有可计的目标：两种损失都是 0，不是 0/0 的 NaN
+    assert float(lm_loss(model, all_pad)) == 0.0 and global_mean_lm_loss(model, all_pad)[1] == 0.0

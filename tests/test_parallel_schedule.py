@@ -185,3 +185,16 @@ def test_stage_cost_is_checked():
         ideal_schedule("gpipe", 2, 4, stage_cost=[1.0, float("nan")])
     with pytest.raises(ValueError, match="stage_cost"):
         ideal_schedule("gpipe", 2, 4, stage_cost="12")
+
+
+def test_split_points_and_stages_are_checked():
+    from tformer_lib.parallel.pipeline import LMStage, split_points
+
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="stages"):
+            split_points(4, bad)
+    with pytest.raises(TypeError, match="stages"):
+        split_points(4, 2.0)
+    model = make_lm(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=4, d_ff=32, max_len=16, tie_embeddings=False))
+    with pytest.raises(ValueError, match="stage 应是 0 到 stages-1=2"):
+        LMStage(model, 5, 3)

@@ -124,6 +124,13 @@ def test_speculative_figure_shows_measurement_beside_the_formula(render):
         plot_speculative({"rows": []})
     with pytest.raises(ValueError, match="缺"):
         plot_speculative({"rows": [{"k": 1}]})
+    row = result["rows"][0]
+    for key, bad in (("k", 2.7), ("k", "x"), ("acceptance_rate", "0.5"), ("acceptance_rate", 1.5),
+                     ("speedup_median", float("nan")), ("speedups", [1.0, "x"])):
+        with pytest.raises(ValueError, match=rf"rows'\]\[0\]\['{key}'\]"):
+            plot_speculative({"rows": [{**row, key: bad}]})
+    with pytest.raises(ValueError, match="cost_ratio"):
+        plot_speculative({**result, "cost_ratio": "abc"})
 
 
 def _tiny_lm():

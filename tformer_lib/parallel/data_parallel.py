@@ -86,7 +86,8 @@ def lm_loss(model, block: torch.Tensor) -> torch.Tensor:
     _token_blocks("block", block, "(b, L+1)")
     inputs, targets = loss_targets(block.long())  # (b, L), (b, L)：BOS 目标已记作 PAD
     logits = model(inputs)  # (b, L, V)
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD)  # logits 展平为 (b·L, V)
+    total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD, reduction="sum")  # (b·L, V)
+    return total / max(1, int((targets != PAD).sum()))  # 全是 PAD 的块：0（与 global_mean_lm_loss 相同），不是 0/0
 
 
 def global_mean_lm_loss(model, block: torch.Tensor) -> tuple[torch.Tensor, float]:

@@ -33,6 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import positive_int
 from ..positional import RopeTables
 from ..lm.data import loss_targets
 from ..specials import PAD
@@ -59,6 +60,8 @@ def bubble_fraction(stages: int, micro_batches: int) -> float:
 
 def split_points(n_layers: int, stages: int) -> list[tuple[int, int]]:
     """把 ``n_layers`` 个块尽量均分成 ``stages`` 段，返回每段的 ``(start, stop)``。"""
+    positive_int("n_layers", n_layers)
+    positive_int("stages", stages)
     if stages > n_layers:
         raise ValueError(f"stages={stages} 多于块数 n_layers={n_layers}：每段至少要有一个块")
     bounds = [round(i * n_layers / stages) for i in range(stages + 1)]
@@ -77,7 +80,10 @@ class LMStage(nn.Module):
         c = model.config
         if c.tie_embeddings:
             raise ValueError("流水线切分要求 tie_embeddings=False：输出层与词嵌入共享时首尾两段要共用一个矩阵")
-        self.start, self.stop = split_points(c.n_layers, stages)[stage]
+        bounds = split_points(c.n_layers, stages)
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < stages:
+            raise ValueError(f"stage 应是 0 到 stages-1={stages - 1} 之间的整数，收到 {stage!r}")
+        self.start, self.stop = bounds[stage]
         self.first, self.last = stage == 0, stage == stages - 1
         self.positional, self.d_k, self.rope_base, self.rope_scaling = c.positional, c.d_k, c.rope_base, c.rope_scaling
         if self.first:

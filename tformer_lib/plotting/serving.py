@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib
 import numpy as np
 
-from tformer_lib.plotting._common import blank_figure, new_figure
+from tformer_lib.plotting._common import blank_figure, finite_array, finite_number, new_figure
 from tformer_lib._checks import positive_ints
 from tformer_lib.plotting.roofline import plot_arithmetic_intensity, plot_roofline  # noqa: F401（第 13 章的图都能从这里导入）
 
@@ -276,11 +276,26 @@ def plot_speculative(result: Mapping, *, title: str | None = None):
     if not rows:
         raise ValueError("result 应是 speculative_benchmark 的结果（含非空的 'rows'）")
     need = {"k", "acceptance_rate", "tokens_per_target_pass", "speedup_median", "expected_speedup"}
-    for row in rows:
-        if not need <= set(row):
-            raise ValueError(f"result['rows'] 的每一行应含 {sorted(need)}，缺 {sorted(need - set(row))}")
-    ks = np.array([int(r["k"]) for r in rows])
-    alpha = np.array([float(r["acceptance_rate"]) for r in rows])
+    checked = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping) or not need <= set(row):
+            missing = sorted(need - set(row)) if isinstance(row, Mapping) else sorted(need)
+            raise ValueError(f"result['rows'] 的每一行应含 {sorted(need)}，rows[{i}] 缺 {missing}")
+        k = row["k"]
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"result['rows'][{i}]['k'] 应是正整数（每次猜的词元数），收到 {k!r}")
+        numbers = {key: finite_number(row[key], f"result['rows'][{i}]['{key}']") for key in sorted(need - {"k"})}
+        if not 0 <= numbers["acceptance_rate"] <= 1:
+            raise ValueError(f"result['rows'][{i}]['acceptance_rate'] 应是 0 到 1 的比例，收到 {numbers['acceptance_rate']:g}")
+        spread = row.get("speedups")
+        if spread is not None:
+            spread = finite_array(spread, f"result['rows'][{i}]['speedups']").ravel().tolist()
+        checked.append({**row, **numbers, "k": int(k), "speedups": spread})
+    rows = checked
+    if result.get("cost_ratio") is not None:
+        finite_number(result["cost_ratio"], "result['cost_ratio']")
+    ks = np.array([r["k"] for r in rows])
+    alpha = np.array([r["acceptance_rate"] for r in rows])
     fig, axes = new_figure((12.6, 3.8), nrows=1, ncols=3)
     left, middle, right = axes[0]
     left.bar(ks, alpha, width=0.5, color="#9ecae1")

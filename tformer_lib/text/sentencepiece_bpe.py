@@ -112,7 +112,7 @@ class SentencePieceBPETokenizer:
         floor = min_vocab_size(texts, coverage)
         if vocab_size < floor:
             raise ValueError(f"vocab_size={vocab_size} 太小：覆盖率 {coverage:g} 要留下 {floor - _BYTE_AND_SPECIALS} 个字符，"
-                             f"加上 256 个字节词元与 4 个特殊词元，词表至少约 {floor}")
+                             f"加上 256 个字节词元与 4 个特殊词元，词表至少要 {floor}")
         model = io.BytesIO()
         try:
             _import_spm().SentencePieceTrainer.train(
