@@ -13,18 +13,21 @@ from typing import Any
 import numpy as np
 
 
+def _tensor_to_numpy(x: Any) -> Any:
+    """torch 张量 → float64 的 NumPy 数组（脱离计算图、搬到 CPU）；别的输入原样返回。"""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return x
+    return x.detach().to("cpu", dtype=torch.float64).numpy() if isinstance(x, torch.Tensor) else x
+
+
 def to_numpy(x: Any, name: str, ndim: int | tuple[int, ...] | None = None) -> np.ndarray:
     """把 torch 张量（tensor）、NumPy 数组或嵌套列表转成 float 型 ``np.ndarray``。
 
     ``ndim`` 给出允许的维数；不符时抛出 ``ValueError``，报出参数名与收到的形状。
     """
-    try:
-        import torch
-
-        if isinstance(x, torch.Tensor):
-            x = x.detach().to("cpu", dtype=torch.float64).numpy()
-    except ImportError:  # pragma: no cover
-        pass
+    x = _tensor_to_numpy(x)
     try:
         arr = np.asarray(x, dtype=float)
     except (TypeError, ValueError) as exc:
@@ -63,13 +66,7 @@ def finite_array(value: Any, name: str, *, allow_nan: bool = False) -> np.ndarra
     ``name`` 是这串数在输入里的完整路径（如 ``"load[3]['shares']"``），写进错误信息；``allow_nan=True`` 时
     NaN 可以有（“这里没有数据”，图上画成断开），±inf 仍然不行。
     """
-    try:
-        import torch
-
-        if isinstance(value, torch.Tensor):
-            value = value.detach().to("cpu", dtype=torch.float64).numpy()
-    except ImportError:  # pragma: no cover
-        pass
+    value = _tensor_to_numpy(value)
     try:
         raw = np.asarray(value)
         if raw.dtype.kind not in "iuf":  # 字符串、字节串、布尔值、None 不是数（np.asarray(["1"], float) 会悄悄转换）
