@@ -189,12 +189,12 @@ def _isolated_rng(seed: int = 0) -> Iterator[None]:
                 np.random.set_state(np_state)
 
 
-def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+def code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
     """``code`` 以及嵌在里面的所有代码对象（内部函数、lambda、推导式）。"""
     yield code
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            yield from _code_objects(const)
+            yield from code_objects(const)
 
 
 def library_calls(fn: Callable[..., Any], forbidden: Sequence[Any]) -> list[str]:
@@ -264,7 +264,7 @@ def library_calls(fn: Callable[..., Any], forbidden: Sequence[Any]) -> list[str]
                       *(getattr(f, "__kwdefaults__", None) or {}).values()):
             if not isinstance(value, types.ModuleType):
                 visit(value, env)
-        for c in _code_objects(code):
+        for c in code_objects(code):
             if c in codes:
                 found[codes[c]] = None
             for name in c.co_names + c.co_freevars:
@@ -459,7 +459,7 @@ from tformer_lib.exercises._compare import (  # noqa: E402  (循环导入：_com
 
 __all__ = [
     "CheckResult", "Mistake", "Variant", "run_checks", "student_code", "raised_by_student",
-    "as_bool", "as_int", "as_number", "as_tensor", "compare", "compare_number", "expect_dtype", "expect_shape",
+    "as_bool", "as_int", "as_number", "as_tensor", "code_objects", "compare", "compare_number", "expect_dtype", "expect_shape",
     "generator", "random_cases", "draw_int", "draw_choice", "randn", "is_close_number", "TorchCalls",
     "PENDING", "PASSED", "FAILED", "ERROR",
 ]

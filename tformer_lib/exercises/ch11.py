@@ -26,6 +26,7 @@ from tformer_lib.exercises._core import (
     Variant,
     as_bool,
     as_int,
+    code_objects,
     compare_number,
     draw_choice,
     draw_int,
@@ -200,18 +201,11 @@ def _names_in(fn) -> set[str]:
     """读者的函数（及其中嵌套的函数）代码里用到的名字与字符串常量。"""
     import inspect
 
+    code = getattr(inspect.unwrap(fn), "__code__", None)
     found: set[str] = set()
-    stack = [getattr(inspect.unwrap(fn), "__code__", None)]
-    while stack:
-        code = stack.pop()
-        if code is None:
-            continue
-        found.update(code.co_names)
-        for const in code.co_consts:
-            if isinstance(const, str):
-                found.add(const)
-            elif hasattr(const, "co_names"):
-                stack.append(const)
+    for c in code_objects(code) if code is not None else ():
+        found.update(c.co_names)
+        found.update(k for k in c.co_consts if isinstance(k, str))
     return found
 
 
