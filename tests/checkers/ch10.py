@@ -11,7 +11,7 @@ from tformer_lib.norms import RMSNorm
 from tformer_lib.exercises.ch10 import (
     buggy_grouped_attention,
     check_fixed_grouped_attention,
-    check_kv_bytes_per_token,
+    check_interleaved_to_halves,
     check_lm_param_count,
     check_rms_equals_layer,
 )
@@ -94,28 +94,56 @@ GQA = Case(check_fixed_grouped_attention, ref_grouped_attention, wrong=[
 ])
 
 
-# ---- 练习 3（推导并核对）：每个词元 2 · N · h_kv · d_k · 字节数 ----
-def ref_kv_bytes_per_token(n_layers, d_model, n_heads, n_kv_heads, bytes_per_value):
-    d_k = d_model // n_heads
-    return 2 * n_layers * n_kv_heads * d_k * bytes_per_value
+# ---- 练习 3（实现）：每个头里，第 2i 行 → 第 i 行，第 2i+1 行 → 第 i + d_k/2 行 ----
+def ref_interleaved_to_halves(w, n_heads):
+    rows, d_in = w.shape
+    d_k = rows // n_heads
+    pairs = w.reshape(n_heads, d_k // 2, 2, d_in)  # (h, d_k/2, 2, d_in)：相邻两行一对
+    return pairs.transpose(1, 2).reshape(rows, d_in)  # (h, 2, d_k/2, d_in) → 每头先偶数行、再奇数行
 
 
-def _measure_kv(N, d, h, h_kv, b):  # 建一个模型去量：数对，但绕过了推导
-    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}.get(b, torch.float32)
-    model = make_lm(LMConfig(30, d_model=d, n_heads=h, n_kv_heads=h_kv, n_layers=N, d_ff=16, max_len=16)).to(dtype)
-    cache = model.new_cache()
-    with torch.no_grad():
-        model(torch.randint(4, 30, (1, 2)), cache=cache)
-    return cache.nbytes() // 2
+def _by_index(w, n_heads):  # 先算出行号再取行：同一个答案的另一种写法
+    d_k = w.shape[0] // n_heads
+    order = [head * d_k + 2 * i + j for head in range(n_heads) for j in (0, 1) for i in range(d_k // 2)]
+    return w[order]
 
 
-KV = Case(check_kv_bytes_per_token, ref_kv_bytes_per_token, returns="int", wrong=[
-    Wrong("hard_coded", lambda N, d, h, h_kv, b: 1024),
-    Wrong("builds_a_model", _measure_kv, key="library_call"),
-    Wrong("n_heads", lambda N, d, h, h_kv, b: 2 * N * d * b, key="n_heads"),
-    Wrong("k_only", lambda N, d, h, h_kv, b: N * h_kv * (d // h) * b, key="k_only"),
-    Wrong("one_layer", lambda N, d, h, h_kv, b: 2 * h_kv * (d // h) * b, key="one_layer"),
-    Wrong("elements", lambda N, d, h, h_kv, b: 2 * N * h_kv * (d // h), key="elements"),
+def _halves_to_interleaved(w, n_heads):
+    rows, d_in = w.shape
+    return w.reshape(n_heads, 2, rows // n_heads // 2, d_in).transpose(1, 2).reshape(rows, d_in)
+
+
+def _whole_matrix(w, n_heads):
+    rows, d_in = w.shape
+    return w.reshape(rows // 2, 2, d_in).transpose(0, 1).reshape(rows, d_in)
+
+
+def _columns(w, n_heads):
+    rows, d_in = w.shape
+    return w.reshape(rows, d_in // 2, 2).transpose(1, 2).reshape(rows, d_in)
+
+
+def _in_place(w, n_heads):
+    w.copy_(ref_interleaved_to_halves(w.clone(), n_heads))
+    return w
+
+
+def _sign_flipped(w, n_heads):  # 配对对了，但后半取了相反数：旋转方向反了
+    out = ref_interleaved_to_halves(w, n_heads).clone()
+    d_k = w.shape[0] // n_heads
+    out.view(n_heads, d_k, -1)[:, d_k // 2:] *= -1
+    return out
+
+
+ROPE = Case(check_interleaved_to_halves, ref_interleaved_to_halves, also_correct=[_by_index], wrong=[
+    Wrong("hard_coded", lambda w, n_heads: torch.zeros_like(w)),
+    Wrong("unchanged", lambda w, n_heads: w.clone(), key="unchanged"),
+    Wrong("inverse", _halves_to_interleaved, key="inverse"),
+    Wrong("whole_matrix", _whole_matrix, key="whole_matrix"),
+    Wrong("columns", _columns, key="columns"),
+    Wrong("in_place", _in_place, key="in_place"),
+    Wrong("transposed", lambda w, n_heads: ref_interleaved_to_halves(w, n_heads).T, key="shape"),
+    Wrong("sign_flipped", _sign_flipped, key="values"),
 ])
 
 
@@ -154,4 +182,4 @@ PARAMS = Case(check_lm_param_count, ref_lm_param_count, returns="int", wrong=[
     Wrong("swiglu_two", _swiglu_two, key="swiglu_two"),
 ])
 
-CASES = [RMS, GQA, KV, PARAMS]
+CASES = [RMS, GQA, ROPE, PARAMS]

@@ -8,48 +8,82 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from checkers import Case, Wrong
 from tformer_lib.lm import make_lm
-from tformer_lib.serving import PagedKVCache
+from tformer_lib.serving import BlockManager
 from tformer_lib.exercises.ch13 import (
     _reference_accept,
     buggy_accept,
     check_accept,
     check_linear_intensity,
-    check_paged_cache_bytes,
+    check_prefix_cache_blocks,
     check_tokens_per_pass_distribution,
 )
 
 
-# ---- 练习 1（推导并核对）：Σ⌈L/b⌉ 块 × 每块 2·N·b·h_kv·d_k·e 字节 ----
-def ref_paged_cache_bytes(config, lengths, block_size, bytes_per_element):
-    blocks = sum(math.ceil(n / block_size) for n in lengths)
-    per_block = 2 * config.n_layers * block_size * config.kv_heads * config.d_k * bytes_per_element
-    return blocks * per_block
+# ---- 练习 1（推导并核对）：每条提示 ⌈L/b⌉ 块，减去能共用的整段前缀块（至多 ⌊(L−1)/b⌋ 块）----
+def _common(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
-def _per_pos(c, e):
-    return 2 * c.n_layers * c.kv_heads * c.d_k * e
+def ref_prefix_cache_blocks(prompts, block_size):
+    total = 0
+    for i, p in enumerate(prompts):
+        longest = max((_common(p, q) for q in prompts[:i]), default=0)  # 与先前任何一条提示的最长相同开头
+        shared = min(longest // block_size, (len(p) - 1) // block_size)  # 只共用写满的块；最后一个词元总要算
+        total += math.ceil(len(p) / block_size) - shared
+    return total
 
 
-def _measure_paged(config, lengths, block_size, bytes_per_element):  # 建一个真的缓存去量：数对，但绕过了推导
-    dtype = torch.float16 if bytes_per_element == 2 else torch.float32
-    cache = PagedKVCache(make_lm(config).to(dtype), sum(-(-n // block_size) for n in lengths), block_size, False)
-    for i, n in enumerate(lengths):
-        cache.manager.allocate(i, [4] * n)
-    return cache.held_bytes()
+def _registered_prefixes(prompts, block_size):  # 另一种写法：像块管理器那样，登记每个写满的前缀
+    seen, total = set(), 0
+    for p in prompts:
+        shared = 0
+        while shared < (len(p) - 1) // block_size and tuple(p[:(shared + 1) * block_size]) in seen:
+            shared += 1
+        total += -(-len(p) // block_size) - shared
+        seen |= {tuple(p[:(j + 1) * block_size]) for j in range(len(p) // block_size)}
+    return total
 
 
-PAGED = Case(check_paged_cache_bytes, ref_paged_cache_bytes, returns="int",
-             also_correct=[lambda c, ls, b, e: sum((n + b - 1) // b for n in ls) * b * _per_pos(c, e)], wrong=[
-    Wrong("hard_coded", lambda c, ls, b, e: 3000),
-    Wrong("no_rounding", lambda c, ls, b, e: sum(ls) * _per_pos(c, e), key="no_rounding"),
-    Wrong("one_extra_block", lambda c, ls, b, e: sum(n // b + 1 for n in ls) * b * _per_pos(c, e), key="one_extra_block"),
-    Wrong("floor", lambda c, ls, b, e: sum(n // b for n in ls) * b * _per_pos(c, e)),
-    Wrong("only_k", lambda c, ls, b, e: ref_paged_cache_bytes(c, ls, b, e) // 2),
-    Wrong("query_heads", lambda c, ls, b, e: sum(-(-n // b) for n in ls) * b * 2 * c.n_layers * c.d_model * e),
-    Wrong("contiguous", lambda c, ls, b, e: len(ls) * c.max_len * _per_pos(c, e), key="contiguous"),
-    # 在一组情形里碰巧与“L//b + 1”同值：提示要按每组都吻合的那种错误给
-    Wrong("longest_for_all", lambda c, ls, b, e: len(ls) * -(-max(ls) // b) * b * _per_pos(c, e), key="longest_for_all"),
-    Wrong("builds_a_cache", _measure_paged, key="library_call"),
+def _no_last_token_rule(prompts, b):
+    return sum(-(-len(p) // b) - max((_common(p, q) for q in prompts[:i]), default=0) // b for i, p in enumerate(prompts))
+
+
+def _partial_blocks(prompts, b):
+    return sum(-(-len(p) // b) - min((len(p) - 1) // b, -(-max((_common(p, q) for q in prompts[:i]), default=0) // b))
+               for i, p in enumerate(prompts))
+
+
+def _by_block_content(prompts, b):
+    def same(p, q):
+        return sum(1 for j in range(min(len(p), len(q)) // b) if p[j * b:(j + 1) * b] == q[j * b:(j + 1) * b])
+    return sum(-(-len(p) // b) - min((len(p) - 1) // b, max((same(p, q) for q in prompts[:i]), default=0))
+               for i, p in enumerate(prompts))
+
+
+def _previous_only(prompts, b):
+    return sum(-(-len(p) // b) - (min((len(p) - 1) // b, _common(p, prompts[i - 1]) // b) if i else 0)
+               for i, p in enumerate(prompts))
+
+
+def _uses_block_manager(prompts, block_size):  # 让真的块管理器去数：对，但绕过了推导
+    manager = BlockManager(num_blocks=1000, block_size=block_size)
+    for i, p in enumerate(prompts):
+        manager.allocate(i, p)
+        manager.register_prefix(i, p)
+    return manager.used_blocks
+
+
+PREFIX = Case(check_prefix_cache_blocks, ref_prefix_cache_blocks, returns="int", also_correct=[_registered_prefixes], wrong=[
+    Wrong("hard_coded", lambda prompts, b: 5),
+    Wrong("no_sharing", lambda prompts, b: sum(-(-len(p) // b) for p in prompts), key="no_sharing"),
+    Wrong("no_last_token_rule", _no_last_token_rule, key="last_token"),
+    Wrong("partial_blocks", _partial_blocks, key="partial_block"),
+    Wrong("by_block_content", _by_block_content, key="block_content"),
+    Wrong("previous_only", _previous_only, key="previous_only"),
+    Wrong("uses_block_manager", _uses_block_manager, key="library_call"),
 ])
 
 
@@ -128,4 +162,4 @@ ACCEPT = Case(check_accept, ref_accept, also_correct=[
 
 
 
-CASES = [PAGED, INTENSITY, DISTRIBUTION, ACCEPT]
+CASES = [PREFIX, INTENSITY, DISTRIBUTION, ACCEPT]

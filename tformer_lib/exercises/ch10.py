@@ -3,7 +3,8 @@
 - :func:`check_rms_equals_layer`（预测再验证）：什么样的输入上 LayerNorm 与 RMSNorm 给出同样的结果；
 - :func:`buggy_grouped_attention` + :func:`check_fixed_grouped_attention`（找错）：不复制 K/V 的分组查询注意力，
   MHA 与 MQA 时都对，真正分组时错了；
-- :func:`check_kv_bytes_per_token`（推导并核对）：每生成一个词元，K/V 缓存长多少字节；
+- :func:`check_interleaved_to_halves`（实现）：把按相邻配对训练的 RoPE 权重（Meta 原始 LLaMA 的写法）换成
+  前后两半配对（本书与 Hugging Face 的写法），注意力打分不变；
 - :func:`check_lm_param_count`（推导并核对）：任意配置（GQA、SwiGLU、RMSNorm、RoPE、是否共享输出层）的参数量。
 
 每个检查器都在多组随机尺寸上调用读者的函数（写死的答案过不了），接受任何正确的数值类型，
@@ -28,6 +29,7 @@ from tformer_lib.exercises._core import (
     Variant,
     as_bool,
     as_int,
+    as_tensor,
     compare,
     draw_choice,
     draw_int,
@@ -39,12 +41,13 @@ from tformer_lib.lm.model import make_lm
 from tformer_lib.masks import causal_mask
 from tformer_lib.model import count_parameters
 from tformer_lib.norms import RMSNorm
+from tformer_lib.positional import apply_rope
 
 __all__ = [
     "check_rms_equals_layer",
     "buggy_grouped_attention",
     "check_fixed_grouped_attention",
-    "check_kv_bytes_per_token",
+    "check_interleaved_to_halves",
     "check_lm_param_count",
 ]
 
@@ -187,68 +190,103 @@ def check_fixed_grouped_attention(fn: Callable[..., Any], *, verbose: bool = Tru
                       verbose=verbose)
 
 
-# ---- 推导并核对：K/V 缓存每个词元多少字节 -----------------------------------------------------------------
-
-_DTYPES = ((torch.float32, 4), (torch.float64, 8), (torch.bfloat16, 2))
+# ---- 实现：把相邻配对的 RoPE 权重换成前后两半配对 ------------------------------------------------------------
 
 
-def _model_answers() -> tuple:
-    """推导题要读者从配置算出来：建一个模型再去量（或数参数）就绕过了推导，检查器不收。"""
-    from tformer_lib.costs import kv_cache_bytes, kv_cache_bytes_per_token as enc_dec_kv_bytes_per_token
-    from tformer_lib.lm import DecoderOnlyLM, LMCache
-    from tformer_lib.memory import parameter_count
-    from tformer_lib.model import count_parameters
-    from tformer_lib.modern_variants import kv_cache_bytes_per_token
+def _rope_interleaved(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """相邻配对（Meta 原始 LLaMA 代码的写法）的 RoPE：第 2i 维与第 2i+1 维配成一对，按 ``pos·θ_i`` 旋转。
 
-    return (make_lm, DecoderOnlyLM, LMCache, count_parameters, parameter_count, kv_cache_bytes_per_token,
-            enc_dec_kv_bytes_per_token, kv_cache_bytes)
+    ``x`` ``(T, h, d_k)``，``positions`` ``(T,)``；在 float64 里算。
+    """
+    T, h, d_k = x.shape
+    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)  # (d_k/2,)
+    angle = positions.to(torch.float64)[:, None, None] * theta  # (T, 1, d_k/2)
+    pairs = x.to(torch.float64).reshape(T, h, d_k // 2, 2)  # (T, h, d_k/2, 2)：相邻两维一对
+    a, b = pairs[..., 0], pairs[..., 1]  # 各 (T, h, d_k/2)
+    rotated = torch.stack([a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()], dim=-1)
+    return rotated.reshape(T, h, d_k)  # (T, h, d_k)
 
 
-def check_kv_bytes_per_token(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(n_layers, d_model, n_heads, n_kv_heads, bytes_per_value) -> int``：K/V 缓存每个词元占的字节数，
-    与真实模型的 :class:`~tformer_lib.lm.LMCache` 量出的 ``nbytes()`` 比较。"""
+def _rope_scores(wq, wk, x, positions, n_heads, base, rope) -> torch.Tensor:
+    """``x`` ``(T, d_in)`` 经 ``wq``、``wk`` 投影、按头切开、旋转后的打分 ``(h, T, T)``。"""
+    T = x.shape[0]
+    q = (x @ wq.T).reshape(T, n_heads, -1)  # (T, h, d_k)
+    k = (x @ wk.T).reshape(T, n_heads, -1)  # (T, h, d_k)
+    q, k = rope(q, positions, base), rope(k, positions, base)
+    return q.transpose(0, 1) @ k.permute(1, 2, 0)  # (h, T, d_k) @ (h, d_k, T) → (h, T, T)
+
+
+def _rope_halves(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """库里的 RoPE（前后两半配对），``x`` ``(T, h, d_k)``。"""
+    return apply_rope(x.to(torch.float64).transpose(0, 1), positions, base).transpose(0, 1)  # (T, h, d_k)
+
+
+def _layout_variants(w: torch.Tensor, h: int) -> list[tuple[str, torch.Tensor, str]]:
+    rows, d_in = w.shape
+    d_k = rows // h
+    return [
+        ("unchanged", w, "原样返回：两种写法配对的维度不同，同一组权重在前后两半配对的 RoPE 下转出的是另一对维度"),
+        ("whole_matrix", w.reshape(rows // 2, 2, d_in).transpose(0, 1).reshape(rows, d_in),
+         "把整个矩阵当成一个头重排了：RoPE 在每个头里各自配对，先按头切开（每头 d_k 行），在每个头内部重排"),
+        ("inverse", w.reshape(h, 2, d_k // 2, d_in).transpose(1, 2).reshape(rows, d_in),
+         "方向反了：这是把前后两半配对的权重换成相邻配对。新矩阵第 i 行（前半）应取原来的第 2i 行，"
+         "第 i + d_k/2 行（后半）取原来的第 2i+1 行"),
+        ("columns", w.reshape(rows, d_in // 2, 2).transpose(1, 2).reshape(rows, d_in) if d_in % 2 == 0 else w,
+         "重排的是输入维（列）：RoPE 旋转的是投影出来的 q、k 的维度，也就是 W 的输出维（行）"),
+    ]
+
+
+def check_interleaved_to_halves(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(w, n_heads) -> Tensor``：把按**相邻配对**（第 2i、2i+1 维一对）训练的 ``W^Q`` 或 ``W^K``
+    ``(n_heads·d_k, d_in)`` 的行重排，使它在库里**前后两半配对**（第 i、i+d_k/2 维一对）的 RoPE 下给出同样的打分。
+
+    在随机的头数、``d_k``、``base`` 与位置上，比较两种写法的注意力打分 ``(h, T, T)``（float64）。
+    """
 
     def cases(f):
-        pending: Mistake | None = None  # 一组尺寸上两种错误写法恰好同值时，留到能区分它们的那组再点名
-        for g in random_cases(6, seed=103):
-            h_kv = draw_int(g, 1, 3)
-            h = h_kv * draw_int(g, 1, 3)
-            d_k = 2 * draw_int(g, 1, 4)
-            N = draw_int(g, 1, 3)
-            dtype, nbytes = draw_choice(g, _DTYPES)
-            config = LMConfig(30, d_model=h * d_k, n_heads=h, n_kv_heads=h_kv, n_layers=N, d_ff=16, max_len=16)
-            model = make_lm(config).to(dtype).eval()
-            B, T = draw_int(g, 1, 3), draw_int(g, 2, 9)
-            cache = model.new_cache()
-            with torch.no_grad():
-                model(torch.randint(4, 30, (B, T), generator=g), cache=cache)
-            want = cache.nbytes() // (B * T)
-            call = f"kv_bytes_per_token(n_layers={N}, d_model={h * d_k}, n_heads={h}, n_kv_heads={h_kv}, bytes_per_value={nbytes})"
-            got = as_int(f(N, h * d_k, h, h_kv, nbytes), f"{call} 的返回值")
-            if got == want:
+        for g in random_cases(6, seed=105):
+            h = draw_choice(g, (1, 2, 4))
+            d_k = draw_choice(g, (8, 16))
+            d_in = 2 * draw_int(g, 2, 6)
+            T = draw_int(g, 3, 7)
+            base = draw_choice(g, (10000.0, 500000.0, 100.0))
+            positions = torch.randint(0, 4096, (T,), generator=g)
+            wq = torch.randn(h * d_k, d_in, generator=g, dtype=torch.float64)
+            wk = torch.randn(h * d_k, d_in, generator=g, dtype=torch.float64)
+            x = torch.randn(T, d_in, generator=g, dtype=torch.float64)
+            want = _rope_scores(wq, wk, x, positions, h, base, _rope_interleaved)
+            call = f"interleaved_to_halves(w, n_heads={h})（w 的形状 ({h * d_k}, {d_in})，d_k={d_k}）"
+            before = wq.clone()
+            new_q = as_tensor(f(wq, h), f"{call} 的返回值")
+            if not torch.equal(wq, before):
+                raise Mistake(f"{call} 改动了传进来的 w：返回一个新张量，不要原地修改参数", key="in_place")
+            if new_q.shape != wq.shape:
+                raise Mistake(f"{call} 返回的形状是 {tuple(new_q.shape)}，应与 w 相同：{tuple(wq.shape)}", key="shape")
+            new_k = as_tensor(f(wk, h), f"{call} 的返回值")
+            got = _rope_scores(new_q, new_k, x, positions, h, base, _rope_halves)
+            if torch.allclose(got, want, rtol=1e-9, atol=1e-9 * float(want.abs().max())):
                 continue
-            wrong = [
-                (2 * N * h * d_k * nbytes, "n_heads", "缓存里存的是 K/V 头（n_kv_heads 个），不是查询头：GQA 省的正是这里"),
-                (N * h_kv * d_k * nbytes, "k_only", "K 和 V 都要缓存：少了一个 2"),
-                (2 * h_kv * d_k * nbytes, "one_layer", "每一层都有自己的 K/V 缓存：还要乘层数"),
-                (2 * N * h_kv * d_k, "elements", "算出的是元素个数，还要乘每个数的字节数"),
-                (2 * N * h_kv * h * d_k * nbytes, "d_model_per_head", "每个 K/V 头只有 d_k = d_model / n_heads 维"),
-            ]
-            hits = [(key, hint) for value, key, hint in wrong if got == value and value != want]
-            if len(hits) == 1:
-                raise Mistake(f"{call} 返回 {got}，应为 {want}。{hits[0][1]}", key=hits[0][0])
-            mistake = Mistake(f"{call} 返回 {got}，实测 {want}", key="values")
-            if not hits:
-                raise mistake
-            pending = pending or mistake
-        if pending is not None:
-            raise pending
+            for key, value, hint in _layout_variants(wq, h):
+                if torch.equal(new_q, value):
+                    raise Mistake(f"{call}：{hint}", key=key)
+            worst = float((got - want).abs().max())
+            raise Mistake(f"{call}：换过的权重在前后两半配对的 RoPE 下，打分与相邻配对的原模型最多差 {worst:.3g}"
+                          f"（位置 {positions.tolist()}）。每个头里，旋转角 θ_i 相同的那一对维度要落到第 i 与第 i+d_k/2 行",
+                          key="values")
 
-    return run_checks("K/V 缓存每个词元的字节数", fn, [("6 个随机配置与数据类型，量真实的缓存", cases)], verbose=verbose,
-                      forbidden=_model_answers())
+    return run_checks("相邻配对的 RoPE 权重换成前后两半配对", fn,
+                      [("6 组随机的头数、d_k、base 与位置，比较注意力打分", cases)], verbose=verbose)
 
 
 # ---- 推导并核对：任意配置的参数量 ----------------------------------------------------------------------------
+
+
+def _model_answers() -> tuple:
+    """推导题要读者从配置算出来：建一个模型再去数参数就绕过了推导，检查器不收。"""
+    from tformer_lib.lm import DecoderOnlyLM, LMCache
+    from tformer_lib.memory import parameter_count
+
+    return (make_lm, DecoderOnlyLM, LMCache, count_parameters, parameter_count)
 
 
 def _random_config(g: torch.Generator) -> LMConfig:

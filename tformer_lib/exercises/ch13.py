@@ -1,7 +1,7 @@
 """第 13 章（推理服务）练习的检查器，和“找错”题里那段有错的代码。
 
-- :func:`check_paged_cache_bytes`（推导并核对）：几条长度不同的序列放进分页 K/V 缓存，一共占多少字节——
-  与真的 :class:`~tformer_lib.serving.PagedKVCache` 分配出的块比较；
+- :func:`check_prefix_cache_blocks`（推导并核对）：开着前缀缓存依次接纳几条提示，一共占几块——
+  与真的 :class:`~tformer_lib.serving.BlockManager` 分配出的块数比较；
 - :func:`check_linear_intensity`（预测再验证）：批大小为 B 的一个线性层的算术强度（FLOP/字节）——
   FLOPs 用 ``FlopCounterMode`` 实测，字节数取真实张量的大小；
 - :func:`check_tokens_per_pass_distribution`（推导并核对）：接受率 α、每次猜 k 个时，一次验证产出 n 个词元的概率；
@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,7 +35,7 @@ from tformer_lib.exercises._core import (
 from tformer_lib.lm.config import LMConfig
 
 __all__ = [
-    "check_paged_cache_bytes",
+    "check_prefix_cache_blocks",
     "check_linear_intensity",
     "check_tokens_per_pass_distribution",
     "buggy_accept",
@@ -44,96 +43,125 @@ __all__ = [
 ]
 
 
-# ---- 推导并核对：分页缓存占多少字节 ----------------------------------------------------------------------
+# ---- 推导并核对：前缀缓存下一共占几块 --------------------------------------------------------------------
 
 
-def _random_config(g: torch.Generator) -> LMConfig:
-    n_heads = draw_choice(g, (2, 4, 8))
-    return LMConfig(vocab_size=64, d_model=n_heads * draw_choice(g, (2, 4, 8)), n_heads=n_heads,
-                    n_kv_heads=draw_choice(g, (1, n_heads // 2, n_heads)), n_layers=draw_int(g, 1, 3), d_ff=8,
-                    max_len=64)
+def _measured_prefix_blocks(prompts: Sequence[Sequence[int]], block_size: int) -> int:
+    """真的用 :class:`~tformer_lib.serving.BlockManager` 依次接纳 ``prompts``（像引擎那样：先分配，再登记前缀块），
+    返回此刻占用的块数。"""
+    from tformer_lib.serving.paged_cache import BlockManager
+
+    manager = BlockManager(num_blocks=sum(-(-len(p) // block_size) for p in prompts) + 1, block_size=block_size,
+                           prefix_caching=True)
+    for seq_id, prompt in enumerate(prompts):
+        manager.allocate(seq_id, list(prompt))
+        manager.register_prefix(seq_id, list(prompt))
+    return manager.used_blocks
 
 
-def _measured_paged_bytes(config: LMConfig, lengths: Sequence[int], block_size: int, dtype: torch.dtype) -> int:
-    """真的建一个分页缓存，给每条序列分配 ``length`` 个位置（提示互不相同，不共用前缀），返回它持有的字节数。"""
-    from tformer_lib.lm.model import make_lm
-    from tformer_lib.serving.paged_cache import PagedKVCache
-
-    model = make_lm(config).to(dtype)
-    need = sum(-(-n // block_size) for n in lengths)
-    cache = PagedKVCache(model, num_blocks=need + 2, block_size=block_size, prefix_caching=False)
-    for seq_id, n in enumerate(lengths):
-        cache.manager.allocate(seq_id, [4 + seq_id] * n)
-        cache.manager.append_slots(seq_id, n)
-    return cache.held_bytes()
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
-def check_paged_cache_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
-    """检查 ``fn(config, lengths, block_size, bytes_per_element) -> int``：``lengths`` 条序列（不共用前缀）放进
-    每块 ``block_size`` 个位置的分页 K/V 缓存，一共占多少字节。与真的 ``PagedKVCache.held_bytes()`` 比较。"""
+def _prefix_variants(prompts: list[list[int]], b: int) -> list[tuple[str, str, int]]:
+    """几种错误的规则各会得到多少块（检查器据此给提示）。"""
+    def total(shared_blocks) -> int:
+        return sum(-(-len(p) // b) - shared_blocks(i, p) for i, p in enumerate(prompts))
+
+    def best(i, p, how) -> int:
+        return max((how(p, q) for q in prompts[:i]), default=0)
+
+    def same_blocks(p, q) -> int:  # 按块的内容比，不管它前面的块是否相同
+        return sum(1 for j in range(min(len(p), len(q)) // b) if p[j * b:(j + 1) * b] == q[j * b:(j + 1) * b])
+
+    return [
+        ("no_sharing", "这是不共用任何块的块数：后接纳的请求若与先前的提示开头相同，写满的那几块直接共用，不再分配",
+         total(lambda i, p: 0)),
+        ("partial_block", "只有**写满**的块才共用：相同的开头没写满的最后一块里，后面的位置各写各的字，要各自分配一块",
+         total(lambda i, p: min((len(p) - 1) // b, -(-best(i, p, _common_prefix) // b)))),
+        ("last_token", "提示的最后一个词元总要自己算一遍（它的输出是第一个新词元的 logits）：与先前某条提示完全相同、"
+         "长度又恰好是块大小的倍数时，最后那一块也要新分配",
+         total(lambda i, p: best(i, p, _common_prefix) // b)),
+        ("block_content", "共用按**整段前缀**查找，不是按单独一块的内容：一块只有在它前面的所有块也相同时才能共用"
+         "（同样几个字，前文不同，算出的 K/V 也不同）",
+         total(lambda i, p: min((len(p) - 1) // b, best(i, p, same_blocks)))),
+        ("previous_only", "不只和紧挨着的前一条比：先前接纳的任何一条提示登记过的前缀块都能共用",
+         total(lambda i, p: min((len(p) - 1) // b, _common_prefix(p, prompts[i - 1]) // b) if i else 0)),
+    ]
+
+
+def _prefix_cases(g: torch.Generator, i: int) -> tuple[list[list[int]], int]:
+    """第 0–3 组是专门设计的（完全相同的提示、前文不同而某一块相同、没写满的相同开头、与更早的一条共用得更多），其余随机。"""
+    b = draw_choice(g, (2, 3, 4, 8))
+
+    def tokens(n: int) -> list[int]:
+        return torch.randint(4, 60, (n,), generator=g).tolist()
+
+    if i == 0:  # 完全相同、长度恰为块大小的整数倍
+        p = tokens(b * draw_int(g, 2, 3))
+        return [p, list(p), tokens(b)], b
+    if i == 1:  # 第二块相同、第一块不同
+        second = tokens(b)
+        return [tokens(b) + second + tokens(1), tokens(b) + second + tokens(2)], b
+    if i == 2:  # 相同的开头没写满一块；第三条与第一条（不是第二条）开头相同
+        head = tokens(b + b // 2)
+        return [head + tokens(b), tokens(2 * b), head + tokens(b)], b
+    if i == 3:  # 第三条与第一条共用两块、与紧挨着的第二条只共用一块
+        first, a, c = tokens(b), tokens(b), tokens(b)
+        return [first + a + tokens(1), first + c + tokens(1), first + a + tokens(2)], b
+    stems = [tokens(draw_int(g, 1, 3 * b)) for _ in range(2)]
+    prompts = []
+    for _ in range(draw_int(g, 2, 5)):
+        if prompts and draw_int(g, 0, 3) == 0:
+            prompts.append(list(prompts[draw_int(g, 0, len(prompts) - 1)]))  # 与先前某条完全相同
+        else:
+            prompts.append(draw_choice(g, stems) + tokens(draw_int(g, 0, 2 * b)))
+    return prompts, b
+
+
+def check_prefix_cache_blocks(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
+    """检查 ``fn(prompts, block_size) -> int``：开着前缀缓存，依次接纳 ``prompts``（每条是词元 id 的列表，
+    都还没生成新词元）之后一共占几块。与真的 :class:`~tformer_lib.serving.BlockManager` 分配出的块数比较。"""
 
     def cases(f):
         rows = []
         for i, g in enumerate(random_cases(8, seed=131)):
-            config = _random_config(g)
-            block_size = draw_choice(g, (2, 4, 8, 16))
-            lengths = [draw_int(g, 1, 40) for _ in range(draw_int(g, 1, 4))]
-            if i < 2:
-                lengths[0] = block_size * draw_int(g, 1, 3)  # 恰好写满的块：不能多分一块
-            if i == 1:
-                lengths.append(block_size + 1)  # 多出一个位置也要一整块
-            e = draw_choice(g, (4, 2))
-            want = _measured_paged_bytes(config, lengths, block_size, torch.float32 if e == 4 else torch.float16)
-            c = config
-            per_pos = 2 * c.n_layers * c.kv_heads * c.d_k * e
-            blocks = sum(-(-n // block_size) for n in lengths)
-            call = f"paged_cache_bytes(config, lengths={lengths}, block_size={block_size}, bytes_per_element={e})"
-            variants = [
-                Variant("no_rounding", "分页缓存按整块分配：最后一块没写满也占一整块（向上取整 ⌈L/b⌉）",
-                        sum(lengths) * per_pos),
-                Variant("floor", "⌊L/b⌋ 把没写满的最后一块丢了：应向上取整 ⌈L/b⌉", sum(n // block_size for n in lengths)
-                        * block_size * per_pos),
-                Variant("one_extra_block", "L//b + 1 在 L 恰好是 b 的倍数时多算了一块：用向上取整 ⌈L/b⌉ = (L + b − 1) // b",
-                        sum(n // block_size + 1 for n in lengths) * block_size * per_pos),
-                Variant("only_k", "K 和 V 各存一份：别忘了乘 2", blocks * block_size * per_pos // 2),
-                Variant("one_layer", f"每一层都有自己的 K/V：还要乘层数 n_layers={c.n_layers}",
-                        blocks * block_size * per_pos // c.n_layers),
-                Variant("query_heads", f"缓存里存的是 K/V 头：用 config.kv_heads={c.kv_heads}，不是查询头数 n_heads={c.n_heads}",
-                        blocks * block_size * 2 * c.n_layers * c.n_heads * c.d_k * e),
-                Variant("elements", f"算出的是元素个数，还要乘每个元素的字节数 {e}", want // e),
-                Variant("contiguous", "这是给每条序列预留到 max_len 的连续缓存；分页缓存只分配用到的块",
-                        len(lengths) * c.max_len * per_pos),
-                Variant("longest_for_all", "这是每条序列都按最长的那条分配块（像补齐后的批次）；分页缓存里每条序列只要"
-                        "放下它自己的长度：对每条分别取 ⌈L/b⌉ 再相加", len(lengths) * -(-max(lengths) // block_size)
-                        * block_size * per_pos),
-            ]
-            variants = [Variant(v.key, f"{call} 实测为 {want} 字节。{v.hint}", v.value) for v in variants]
-            rows.append((call, want, variants, f(config, list(lengths), block_size, e)))
-        # 一个错误公式在某一组里可能碰巧与另一种错误同值：只给在*每一组*答错处都吻合的那种错误的提示
+            prompts, b = _prefix_cases(g, i)
+            want = _measured_prefix_blocks(prompts, b)
+            shown = [len(p) for p in prompts]
+            call = f"prefix_cache_blocks(prompts, block_size={b})（第 {i} 组，{len(prompts)} 条提示，长度 {shown}）"
+            variants = [Variant(key, f"{call} 实测占 {want} 块。{hint}", value)
+                        for key, hint, value in _prefix_variants(prompts, b)]
+            rows.append((call, want, variants, f([list(p) for p in prompts], b)))
+        # 一个错误规则在某一组里可能碰巧与另一种同值：只给在*每一组*答错处都吻合的那种错误的提示
         consistent = None
         for call, want, variants, raw in rows:
             try:
                 got = as_number(raw, call)
             except Mistake:
                 continue
-            if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-8):
+            if got == want:
                 continue
-            keys = {v.key for v in variants if v.value != want and math.isclose(got, v.value, rel_tol=1e-6, abs_tol=1e-8)}
+            keys = {v.key for v in variants if v.value != want and got == v.value}
             consistent = keys if consistent is None else consistent & keys
         for call, want, variants, raw in rows:
-            compare_number(raw, want, variants=[v for v in variants if v.value != want and v.key in (consistent or ())],
-                           what=f"{call} 的返回值", default_hint=f"{call} 实测为 {want} 字节")
+            compare_number(as_int(raw, f"{call} 的返回值"), want,
+                           variants=[v for v in variants if v.value != want and v.key in (consistent or ())],
+                           what=f"{call} 的返回值", default_hint=f"{call} 实测占 {want} 块")
 
-    return run_checks("分页 K/V 缓存占多少字节", fn, [("8 组随机配置（含 GQA）、块大小与序列长度", cases)], verbose=verbose,
-                      forbidden=_cache_answers())
+    return run_checks("前缀缓存下一共占几块", fn, [("8 组提示（4 组专门设计、4 组随机）与块大小", cases)],
+                      verbose=verbose, forbidden=_cache_answers(), trace_forbidden=True)
 
 
 def _cache_answers() -> tuple:
-    """推导题要读者从配置算出来：真的建一个缓存（或模型）再去量就绕过了推导，检查器不收。"""
-    from tformer_lib.lm import DecoderOnlyLM, LMCache, make_lm
+    """推导题要读者自己数出来：真的建一个块管理器（或缓存、引擎）再去量就绕过了推导，检查器不收。"""
+    from tformer_lib.serving.engine import Engine
     from tformer_lib.serving.paged_cache import BlockManager, PagedKVCache
 
-    return (PagedKVCache, BlockManager, make_lm, DecoderOnlyLM, LMCache)
+    return (PagedKVCache, BlockManager, Engine)
 
 
 # ---- 预测再验证：一个线性层的算术强度 --------------------------------------------------------------------
