@@ -1,12 +1,17 @@
 """第 10 章的对比实验：每组只改一项配置、K/V 缓存按 n_kv_heads 缩放、短跑能出结果、随包的结果文件完整且写明出处。"""
 
+import statistics
+
 import pytest
 import torch
 
 from tformer_lib.lm import make_lm
 from tformer_lib.modern_variants import (
     VARIANT_ARMS,
+    SPEED_ROUNDS,
+    VARIANT_LABELS,
     VARIANT_MODEL,
+    WARMUP_ARMS,
     kv_cache_bytes_per_token,
     load_variant_results,
     run_variant_comparison,
@@ -56,3 +61,26 @@ def test_shipped_results_cover_every_arm_with_two_seeds_and_say_how_they_were_ma
     torch.manual_seed(0)
     for arm, info in r["arms"].items():
         assert info["parameters"] == count_parameters(make_lm(variant_config(arm, info["config"]["vocab_size"])))
+
+
+def test_shipped_throughput_keeps_every_round_and_its_median():
+    r = load_variant_results()
+    speed = r["speed_produced_by"]
+    assert speed["command"].startswith("python -m tformer_lib.modern_variants") and speed["threads"] == 1
+    assert speed["date"] and speed["cpu"] and speed["load_average"] is not None
+    for arm, info in r["arms"].items():
+        rounds = info["tokens_per_second_rounds"]
+        assert len(rounds) == SPEED_ROUNDS and all(x > 0 for x in rounds), arm
+        assert info["tokens_per_second"] == statistics.median(rounds)
+
+
+def test_shipped_warmup_ablation_changes_only_the_warmup():
+    r = load_variant_results()
+    assert r["warmup_produced_by"]["command"] == "python -m tformer_lib.modern_variants --warmup-only"
+    for arm, (structure, change) in WARMUP_ARMS.items():
+        assert change == {"warmup": 1} and structure in VARIANT_ARMS
+        assert r["settings"]["warmup_arms"][arm] == {"structure": structure, "training": change}
+        runs = [x for x in r["runs"] if x["arm"] == arm]
+        assert sorted(x["seed"] for x in runs) == r["settings"]["seeds"]
+        assert all(x["evals"][-1]["step"] == r["settings"]["training"]["steps"] for x in runs)
+        assert arm in VARIANT_LABELS

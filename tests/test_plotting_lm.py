@@ -86,3 +86,25 @@ def test_sampling_explorer_frames_differ_and_are_seeded():
     assert ex.frame_bytes() > 0
     assert "采样设置" in repr(ex) or ex.controls["setting"].description == "采样设置"
     assert [o[0] for o in ex.controls["setting"].options] == [SAMPLING_SETTINGS[0][0], SAMPLING_SETTINGS[4][0]]
+
+
+def test_variant_costs_throughput_error_bars_span_the_rounds(render):
+    arms = _results()["arms"]
+    arms["baseline"]["tokens_per_second_rounds"] = [2500.0, 3000.0, 3600.0]
+    arms["rope"]["tokens_per_second_rounds"] = [2900.0, 3000.0, 3100.0]
+    fig = render(plot_variant_costs(arms))
+    ax = fig.axes[2]
+    segments = [seg for coll in ax.collections for seg in coll.get_segments()]
+    spans = sorted((float(s[:, 0].min()), float(s[:, 0].max())) for s in segments if s[0, 1] == s[1, 1])
+    assert [x for span in spans for x in span] == pytest.approx([2500.0, 3600.0, 2900.0, 3100.0])
+    assert "最小–最大" in ax.get_title()
+    assert ax.get_xlim()[1] == pytest.approx(3600.0 * 1.35)
+
+
+@pytest.mark.parametrize("rounds, match", [([], "非空"), ([3100.0, 3200.0], "之间"), ([float("nan")], "有限"),
+                                           (["3000"], "数值")])
+def test_variant_costs_refuses_bad_rounds(rounds, match):
+    arms = _results()["arms"]
+    arms["rope"]["tokens_per_second_rounds"] = rounds
+    with pytest.raises(ValueError, match=match):
+        plot_variant_costs(arms)

@@ -10,6 +10,7 @@
 
     .venv/bin/python -m tformer_lib.modern_variants
 
+只重测吞吐（训练记录不变，几十秒）加 ``--speed-only``；只重做预热消融（:data:`WARMUP_ARMS`，几分钟）加 ``--warmup-only``。
 :func:`load_variant_results` 读回它（第 10 章用它画图，笔记本里不必再训练 16 个模型）。
 """
 
@@ -34,6 +35,7 @@ from .seed import set_seed
 from .training.trainer import TrainingDivergedError
 
 __all__ = [
+    "SPEED_ROUNDS",
     "VARIANT_ARMS",
     "VARIANT_LABELS",
     "VARIANT_MODEL",
@@ -43,6 +45,10 @@ __all__ = [
     "kv_cache_bytes_per_token",
     "run_variant_comparison",
     "write_variant_results",
+    "remeasure_variant_speed",
+    "WARMUP_ARMS",
+    "run_warmup_ablation",
+    "add_warmup_runs",
     "load_variant_results",
 ]
 
@@ -51,6 +57,9 @@ VARIANT_RESULTS = Path(__file__).resolve().parent / "results" / "lm_variants.jso
 
 #: 对比用的小模型：在随书配方的模型配置上再覆盖这几项
 VARIANT_MODEL = dict(d_model=64, n_heads=4, n_layers=2, d_ff=256)
+
+#: 计时的轮数：每轮每组跑 3 步，吞吐取各轮的中位数，图上的误差线是各轮的最小到最大
+SPEED_ROUNDS = 9
 
 #: 训练设置（每组、每个种子相同）
 VARIANT_TRAINING = dict(steps=200, batch_size=8, lr=3e-3, warmup=20, min_lr_ratio=0.1, weight_decay=0.1, clip=1.0,
@@ -78,6 +87,14 @@ VARIANT_LABELS = {
     "gqa": "GQA（2 组 K/V）",
     "mqa": "MQA（1 组 K/V）",
     "untied": "不共享输出层",
+    "baseline_no_warmup": "基线，不预热",
+    "post_ln_no_warmup": "post-LN，不预热",
+}
+
+#: 预热消融：组名 → (结构组名, 训练设置的改动)。warmup=1 即第一步就用峰值学习率（不预热）
+WARMUP_ARMS: dict[str, tuple[str, dict]] = {
+    "baseline_no_warmup": ("baseline", {"warmup": 1}),
+    "post_ln_no_warmup": ("post_ln", {"warmup": 1}),
 }
 
 
@@ -101,8 +118,9 @@ def kv_cache_bytes_per_token(model, length: int = 8) -> float:
         model.train(was_training)
 
 
-def _speed(models: dict, blocks: torch.Tensor, batch_size: int, rounds: int = 3, steps: int = 3) -> dict[str, float]:
-    """交替（interleaved）计时各组的训练步（前向 + 反向 + AdamW），每组取各轮 tokens/s 的中位数。"""
+def _speed(models: dict, blocks: torch.Tensor, batch_size: int, rounds: int = SPEED_ROUNDS,
+           steps: int = 3) -> dict[str, list[float]]:
+    """交替（interleaved）计时各组的训练步（前向 + 反向 + AdamW）：每组每轮跑 ``steps`` 步，返回各轮的 tokens/s。"""
     from .lm.data import loss_targets
     from .specials import PAD
 
@@ -118,27 +136,34 @@ def _speed(models: dict, blocks: torch.Tensor, batch_size: int, rounds: int = 3,
                 tokens += int((loss_targets(tr.batch(tr.step))[1] != PAD).sum())
                 tr.train_step()
             out[arm].append(tokens / (time.perf_counter() - start))
-    return {arm: statistics.median(v) for arm, v in out.items()}
+    return out
 
 
-def run_variant_comparison(arms=tuple(VARIANT_ARMS), seeds=(0, 1), steps: int | None = None,
-                           verbose: bool = False) -> dict:
-    """每组、每个种子训练一个模型；返回 ``{"runs": [...], "arms": {...}, "settings": {...}}``。
-
-    ``runs`` 的每项：组名、种子、评估记录（step、valid_loss）、是否发散；``arms`` 的每项：参数量、
-    每个词元的 K/V 缓存字节数（float32）、训练吞吐（tokens/s，交替计时的中位数）。
-    """
-    t = dict(VARIANT_TRAINING)
-    if steps is not None:  # 短跑（测试用）：预热与评估间隔按比例缩短
-        t.update(steps=steps, warmup=max(1, min(t["warmup"], steps // 10)), eval_every=max(1, steps // 2))
-    data = poem_data()
-    vocab = data["tokenizer"].vocab_size
-    valid = tuple(x[: t["valid_poems"]] for x in data["valid"])
-    runs = []
+def _cost_rows(arms, vocab: int, blocks: torch.Tensor, batch_size: int) -> dict[str, dict]:
+    """每组的代价：参数量、每个词元的 K/V 缓存字节数（float32）、训练吞吐（各轮的 tokens/s 及其中位数）。"""
+    models, info = {}, {}
     for arm in arms:
+        set_seed(0)
+        models[arm] = make_lm(variant_config(arm, vocab))
+        info[arm] = {"parameters": count_parameters(models[arm]),
+                     "kv_bytes_per_token": kv_cache_bytes_per_token(models[arm]),
+                     "config": models[arm].config.to_dict()}
+    speed = _speed(models, blocks, batch_size)
+    for arm in arms:
+        info[arm]["tokens_per_second"] = statistics.median(speed[arm])
+        info[arm]["tokens_per_second_rounds"] = speed[arm]
+    return info
+
+
+def _train_runs(specs: dict[str, tuple[str, dict]], seeds, data: dict, verbose: bool = False) -> list[dict]:
+    """``specs``：组名 → (结构组名, 训练设置)。每组、每个种子训练一个模型，返回评估记录。"""
+    runs = []
+    vocab = data["tokenizer"].vocab_size
+    for arm, (structure, t) in specs.items():
+        valid = tuple(x[: t["valid_poems"]] for x in data["valid"])
         for seed in seeds:
             set_seed(seed)
-            model = make_lm(variant_config(arm, vocab))
+            model = make_lm(variant_config(structure, vocab))
             trainer = LMTrainer(model, data["train_blocks"], valid, batch_size=t["batch_size"], lr=t["lr"],
                                 warmup=t["warmup"], total_steps=t["steps"], min_lr_ratio=t["min_lr_ratio"],
                                 weight_decay=t["weight_decay"], clip=t["clip"], seed=seed,
@@ -154,19 +179,58 @@ def run_variant_comparison(arms=tuple(VARIANT_ARMS), seeds=(0, 1), steps: int | 
                          "train_loss": trainer.history["step_loss"]})
             if verbose:
                 print(arm, seed, evals[-1] if evals else None, diverged, flush=True)
-    models = {}
-    info = {}
-    for arm in arms:
-        set_seed(0)
-        models[arm] = make_lm(variant_config(arm, vocab))
-        info[arm] = {"parameters": count_parameters(models[arm]),
-                     "kv_bytes_per_token": kv_cache_bytes_per_token(models[arm]),
-                     "config": models[arm].config.to_dict()}
-    speed = _speed(models, data["train_blocks"], t["batch_size"])
-    for arm in arms:
-        info[arm]["tokens_per_second"] = speed[arm]
+    return runs
+
+
+def run_warmup_ablation(seeds=(0, 1), verbose: bool = False) -> dict:
+    """预热消融：pre-LN 基线与 post-LN 各用 :data:`WARMUP_ARMS` 的训练设置（不预热）再训练一遍。
+
+    返回 ``{"runs": [...], "warmup_arms": {...}}``；与结果文件里预热 20 步的同名结构组对照。
+    """
+    data = poem_data()
+    specs = {arm: (structure, {**VARIANT_TRAINING, **change}) for arm, (structure, change) in WARMUP_ARMS.items()}
+    runs = _train_runs(specs, seeds, data, verbose)
+    return {"runs": runs, "warmup_arms": {arm: {"structure": st, "training": change}
+                                          for arm, (st, change) in WARMUP_ARMS.items()}}
+
+
+def run_variant_comparison(arms=tuple(VARIANT_ARMS), seeds=(0, 1), steps: int | None = None,
+                           verbose: bool = False) -> dict:
+    """每组、每个种子训练一个模型；返回 ``{"runs": [...], "arms": {...}, "settings": {...}}``。
+
+    ``runs`` 的每项：组名、种子、评估记录（step、valid_loss）、是否发散；``arms`` 的每项：参数量、
+    每个词元的 K/V 缓存字节数（float32）、训练吞吐（tokens/s：交替计时的各轮 ``tokens_per_second_rounds`` 与中位数）。
+    """
+    t = dict(VARIANT_TRAINING)
+    if steps is not None:  # 短跑（测试用）：预热与评估间隔按比例缩短
+        t.update(steps=steps, warmup=max(1, min(t["warmup"], steps // 10)), eval_every=max(1, steps // 2))
+    data = poem_data()
+    vocab = data["tokenizer"].vocab_size
+    runs = _train_runs({arm: (arm, t) for arm in arms}, seeds, data, verbose)
+    info = _cost_rows(arms, vocab, data["train_blocks"], t["batch_size"])
     return {"runs": runs, "arms": info, "settings": {"training": t, "model": dict(VARIANT_MODEL), "seeds": list(seeds),
                                                       "arms": list(arms)}}
+
+
+def _machine_record(command: str, start: float) -> dict:
+    return {
+        "command": command,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "threads": 1,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu_fingerprint(),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _write_json(result: dict, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
 
 
 def write_variant_results(path: str | os.PathLike = VARIANT_RESULTS, **kwargs) -> Path:
@@ -178,22 +242,45 @@ def write_variant_results(path: str | os.PathLike = VARIANT_RESULTS, **kwargs) -
         result = run_variant_comparison(**kwargs)
     finally:
         torch.set_num_threads(previous)
-    result["produced_by"] = {
-        "command": "python -m tformer_lib.modern_variants",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "threads": 1,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpu": cpu_fingerprint(),
-        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "seconds": time.perf_counter() - start,
-    }
+    result["produced_by"] = _machine_record("python -m tformer_lib.modern_variants", start)
+    result["speed_produced_by"] = result["produced_by"]
+    return _write_json(result, Path(path))
+
+
+def remeasure_variant_speed(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
+    """（维护者用）只重测结果文件里各组的代价与训练吞吐（单线程，几十秒），训练记录原样保留；
+    吞吐的机器信息单独记在 ``speed_produced_by``。"""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    result = load_variant_results(path)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    try:
+        data = poem_data()
+        result["arms"] = _cost_rows(result["settings"]["arms"], data["tokenizer"].vocab_size, data["train_blocks"],
+                                    result["settings"]["training"]["batch_size"])
+    finally:
+        torch.set_num_threads(previous)
+    result["speed_produced_by"] = _machine_record("python -m tformer_lib.modern_variants --speed-only", start)
+    return _write_json(result, path)
+
+
+def add_warmup_runs(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
+    """（维护者用）单线程运行 :func:`run_warmup_ablation`，把它的训练记录加进结果文件（替换旧的同名组），
+    其余内容原样保留；机器信息记在 ``warmup_produced_by``。"""
+    path = Path(path)
+    result = load_variant_results(path)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    try:
+        ablation = run_warmup_ablation(seeds=result["settings"]["seeds"], verbose=True)
+    finally:
+        torch.set_num_threads(previous)
+    result["runs"] = [r for r in result["runs"] if r["arm"] not in WARMUP_ARMS] + ablation["runs"]
+    result["settings"]["warmup_arms"] = ablation["warmup_arms"]
+    result["warmup_produced_by"] = _machine_record("python -m tformer_lib.modern_variants --warmup-only", start)
+    return _write_json(result, path)
 
 
 def load_variant_results(path: str | os.PathLike = VARIANT_RESULTS) -> dict:
@@ -205,4 +292,12 @@ def load_variant_results(path: str | os.PathLike = VARIANT_RESULTS) -> dict:
 
 
 if __name__ == "__main__":  # pragma: no cover - 维护者脚本
-    print(write_variant_results(verbose=True))
+    import sys
+
+    if "--speed-only" in sys.argv[1:]:
+        print(remeasure_variant_speed())
+    elif "--warmup-only" in sys.argv[1:]:
+        print(add_warmup_runs())
+    else:  # 全部重做：16 个模型、预热消融、吞吐
+        print(write_variant_results(verbose=True))
+        print(add_warmup_runs())

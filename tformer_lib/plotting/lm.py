@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tformer_lib.plotting._common import blank_figure, check_labels, new_figure, to_numpy
+from tformer_lib.plotting._common import blank_figure, check_labels, finite_array, new_figure, to_numpy
 from tformer_lib.plotting.heatmap import plot_heatmap
 
 __all__ = [
@@ -118,7 +118,7 @@ def plot_variant_curves(results: Mapping[str, Any], panels: Mapping[str, Sequenc
     labels = dict(labels or {})
     fig = blank_figure((4.0 * len(panels), 3.6))
     axes = fig.subplots(1, len(panels), squeeze=False)
-    arms_all = list(results["settings"]["arms"])
+    arms_all = list(results["settings"]["arms"]) + list(results["settings"].get("warmup_arms", {}))  # 决定颜色
     for ax, (name, arms) in zip(axes[0], panels.items()):
         for arm in arms:
             runs = _arm_runs(results, arm)
@@ -144,7 +144,10 @@ def plot_variant_curves(results: Mapping[str, Any], panels: Mapping[str, Sequenc
 
 def plot_variant_costs(arms: Mapping[str, Mapping[str, float]], labels: Mapping[str, str] | None = None, *,
                        title: str | None = None):
-    """三个横向柱状图：参数量、每个词元的 K/V 缓存字节数、训练吞吐（tokens/s），每根柱子一种结构。"""
+    """三个横向柱状图：参数量、每个词元的 K/V 缓存字节数、训练吞吐（tokens/s），每根柱子一种结构。
+
+    某组给出 ``tokens_per_second_rounds``（各轮计时的吞吐）时，吞吐柱上画出各轮的最小到最大作误差线。
+    """
     if not arms:
         raise ValueError("arms 为空")
     labels = dict(labels or {})
@@ -155,11 +158,26 @@ def plot_variant_costs(arms: Mapping[str, Mapping[str, float]], labels: Mapping[
     axes = fig.subplots(1, 3, squeeze=False)
     y = np.arange(len(arms))
     for ax, (key, name, fmt) in zip(axes[0], metrics):
-        values = np.array([float(arms[a][key]) for a in arms])
+        values = finite_array([arms[a][key] for a in arms], f"arms[…][{key!r}]")
         ax.barh(y, values, color=[_ARM_COLORS[i % len(_ARM_COLORS)] for i in range(len(arms))])
-        for yi, v in zip(y, values):
-            ax.text(v, yi, " " + fmt.format(v), va="center", fontsize=8)
-        ax.set_xlim(0, values.max() * 1.35)
+        right = values.copy()
+        if key == "tokens_per_second" and any("tokens_per_second_rounds" in arms[a] for a in arms):
+            rounds = [finite_array(arms[a].get("tokens_per_second_rounds", [v]), f"arms[{a!r}]['tokens_per_second_rounds']")
+                      for a, v in zip(arms, values)]
+            for a, r in zip(arms, rounds):
+                if r.ndim != 1 or r.size == 0:
+                    raise ValueError(f"arms[{a!r}]['tokens_per_second_rounds'] 应是非空的一串数，收到形状 {r.shape}")
+            low = np.array([r.min() for r in rounds])
+            high = np.array([r.max() for r in rounds])
+            if ((low > values) | (high < values)).any():
+                raise ValueError("tokens_per_second 应落在各轮吞吐 tokens_per_second_rounds 的最小与最大之间")
+            ax.errorbar(values, y, xerr=np.stack([values - low, high - values]), fmt="none", ecolor="#333333",
+                        elinewidth=1.0, capsize=3)
+            right = high
+            name += "\n（误差线：各轮的最小–最大）"
+        for yi, v, r in zip(y, values, right):
+            ax.text(r, yi, " " + fmt.format(v), va="center", fontsize=8)
+        ax.set_xlim(0, right.max() * 1.35)
         ax.set_yticks(y, names if ax is axes[0][0] else [""] * len(names))
         ax.invert_yaxis()
         ax.set_title(name)
