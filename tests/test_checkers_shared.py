@@ -3,7 +3,7 @@
 契约（每章的检查器作者照这个写 ``tests/checkers/chNN.py``）
 ================================================================
 
-``tests/checkers/chNN.py``（NN = 章号，两位数；几章共用的经典检查器放在 ``classic.py``）定义模块级变量 ``CASES``：一个
+``tests/checkers/chNN.py``（NN = 章号，两位数）定义模块级变量 ``CASES``：一个
 :class:`checkers.Case` 列表，每个检查器一项::
 
     from checkers import Case, Wrong

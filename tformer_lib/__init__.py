@@ -59,14 +59,7 @@ _VIZ_LAZY = {
     "mask_explorer": "tformer_lib.widgets",
     "lr_schedule_explorer": "tformer_lib.widgets",
     "check_softmax": "tformer_lib.exercises",
-    "check_attention": "tformer_lib.exercises",
-    "check_causal_mask": "tformer_lib.exercises",
-    "check_padding_mask": "tformer_lib.exercises",
     "check_positional_encoding": "tformer_lib.exercises",
-    "check_split_heads": "tformer_lib.exercises",
-    "check_merge_heads": "tformer_lib.exercises",
-    "check_lr_schedule": "tformer_lib.exercises",
-    "check_label_smoothing": "tformer_lib.exercises",
     "show_source": "tformer_lib.source",
 }
 

@@ -1,36 +1,24 @@
 """练习检查器：``check_x(读者的函数)`` 打印 ⏳ 尚未完成 / ✅ 通过 / ❌ + 提示，并返回结果对象。
 
-框架在 :mod:`tformer_lib.exercises._core`；经典练习的检查器在 :mod:`tformer_lib.exercises.checks`；
-各章自己的检查器在 ``chNN.py``，下面每章一个 ``# --- chNN ---`` 块（只追加，不改别人的行）。
+- 框架：:mod:`tformer_lib.exercises._core`（运行检查、随机情形）、:mod:`._compare`（比较读者的返回值）、
+  :mod:`._mistakes`（错误与已知错误写法）、:mod:`._sandbox`（运行时禁用库函数）；
+- 每章的检查器在自己的 ``chNN.py``（第 1–17 章）；:mod:`.checks` 是第 2、6 章共用的两个经典检查器。
+
+第 1–8 章的笔记本从这里导入检查器（``from tformer_lib.exercises import check_x``），下面按章号依次列出；
+第 9–17 章的笔记本从各章的模块导入（``from tformer_lib.exercises.ch09 import ...``）——不同章有同名的检查器
+（如第 7、9 章的 ``check_initial_loss``），平铺到这里会互相覆盖。
 """
 
-# --- core checkers (viz agent) ---
 from tformer_lib.exercises._core import CheckResult, Mistake, Variant, compare, run_checks
-from tformer_lib.exercises.checks import (
-    check_attention,
-    check_causal_mask,
-    check_label_smoothing,
-    check_lr_schedule,
-    check_merge_heads,
-    check_padding_mask,
-    check_positional_encoding,
-    check_softmax,
-    check_split_heads,
-)
+from tformer_lib.exercises.checks import check_positional_encoding, check_softmax
 
-# --- ch04 ---
-from tformer_lib.exercises.ch04 import (
-    check_changed_positions,
-    check_fixed_masked_attention,
-    check_fixed_mha_forward,
-    check_layer_param_count,
-    check_sliding_window_mask,
-)
-
-# --- ch01 ---
+# 第 1 章
 from tformer_lib.exercises.ch01 import check_encode, check_mixed_cosine, check_pad_batch, check_unk_rate
 
-# --- ch03 ---
+# 第 2 章
+from tformer_lib.exercises.ch02 import check_order_blindness_test, check_pe_distance, check_relative_position_index
+
+# 第 3 章
 from tformer_lib.exercises.ch03 import (
     check_fixed_attention,
     check_min_scale,
@@ -39,10 +27,16 @@ from tformer_lib.exercises.ch03 import (
     check_unit_variance_scale,
 )
 
-# --- ch02 ---
-from tformer_lib.exercises.ch02 import check_order_blindness_test, check_pe_distance, check_relative_position_index
+# 第 4 章
+from tformer_lib.exercises.ch04 import (
+    check_changed_positions,
+    check_fixed_masked_attention,
+    check_fixed_mha_forward,
+    check_layer_param_count,
+    check_sliding_window_mask,
+)
 
-# --- ch05 ---
+# 第 5 章
 from tformer_lib.exercises.ch05 import (
     check_cached_greedy_decode,
     check_cross_attention_fix,
@@ -53,15 +47,7 @@ from tformer_lib.exercises.ch05 import (
     check_transformer_params,
 )
 
-# --- ch08 ---
-from tformer_lib.exercises.ch08 import (
-    check_decoder_crossover,
-    check_flash_step,
-    check_gqa_kv_bytes,
-    check_tiled_peak_bytes,
-)
-
-# --- ch06 ---
+# 第 6 章
 from tformer_lib.exercises.ch06 import (
     check_cross_entropy,
     check_greedy_agreement,
@@ -71,7 +57,7 @@ from tformer_lib.exercises.ch06 import (
     check_top_k_probs,
 )
 
-# --- ch07 ---
+# 第 7 章
 from tformer_lib.exercises.ch07 import (
     check_beam_score,
     check_half_peak_step,
@@ -80,7 +66,15 @@ from tformer_lib.exercises.ch07 import (
     check_smoothed_targets,
 )
 
-# --- ch15 ---
+# 第 8 章
+from tformer_lib.exercises.ch08 import (
+    check_decoder_crossover,
+    check_flash_step,
+    check_gqa_kv_bytes,
+    check_tiled_peak_bytes,
+)
+
+# 第 15 章
 # 第 15 章的检查器要 triton（kernels extra）：按需导入，没装 triton 时其余各章的检查器照常可用
 _CH15 = ("check_attention_hbm_bytes", "check_combine_splits", "check_decoding_partial_bytes", "check_softmax_launch")
 

@@ -2,8 +2,8 @@
 或一个张量（:func:`as_tensor`、:func:`compare`、:func:`expect_shape`、:func:`expect_dtype`）。
 
 规则：正确的数无论以什么数值类型给出都接受（Python int/float、NumPy 标量、0 维/单元素张量），字符串一律
-拒绝并提示“直接 return 数值本身”；不一致时若恰好等于某个已知错误写法（:class:`~._core.Variant`）就用它的提示。
-所有函数发现问题时抛 :class:`~._core.Mistake`，由 :func:`~._core.run_checks` 转成 ❌ 结论。
+拒绝并提示“直接 return 数值本身”；不一致时若恰好等于某个已知错误写法（:class:`~._mistakes.Variant`）就用它的提示。
+所有函数发现问题时抛 :class:`~._mistakes.Mistake`，由 :func:`~._core.run_checks` 转成 ❌ 结论。
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tformer_lib.exercises._core import Mistake, Variant
+from tformer_lib.exercises._mistakes import Mistake, Variant
 
 
 def _describe(x: Any) -> str:

@@ -55,6 +55,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from tformer_lib.exercises._mistakes import Mistake, Variant
 from tformer_lib.exercises._sandbox import banned_codes, python_functions, watch_calls
 
 PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"
@@ -62,26 +63,8 @@ PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"
 _STUDENT = "_tformer_raised_by_student"  # 读者代码抛出的异常带这个属性
 
 
-class Mistake(Exception):
-    """检查函数发现了错误：``hint`` 是给读者的中文提示，``key`` 是机器可读的错误名（测试用）。"""
-
-    def __init__(self, hint: str, key: str | None = None):
-        super().__init__(hint)
-        self.hint = hint
-        self.key = key
-
-
 class _Pending(Exception):
     """读者的函数仍是桩（抛 NotImplementedError）。"""
-
-
-@dataclass(frozen=True)
-class Variant:
-    """一个“已知错误写法”：名字 ``key``、提示 ``hint``，以及这种写法在同一输入上会得到的输出 ``value``。"""
-
-    key: str
-    hint: str
-    value: Any
 
 
 @dataclass
@@ -446,7 +429,7 @@ def is_close_number(a: float, b: float, tol: float = 1e-6) -> bool:
 
 
 # 读取与比较读者返回值的工具在 _compare.py；从这里也能导入，章节检查器只需 ``from ._core import ...``。
-from tformer_lib.exercises._compare import (  # noqa: E402  (循环导入：_compare 需要上面的 Mistake/Variant)
+from tformer_lib.exercises._compare import (  # noqa: E402
     as_bool,
     as_int,
     as_number,
