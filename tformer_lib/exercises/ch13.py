@@ -2,7 +2,7 @@
 
 - :func:`check_prefix_cache_blocks`（推导并核对）：开着前缀缓存依次接纳几条提示，一共占几块——
   与真的 :class:`~tformer_lib.serving.BlockManager` 分配出的块数比较；
-- :func:`check_linear_intensity`（预测再验证）：批大小为 B 的一个线性层的算术强度（FLOP/字节）——
+- :func:`check_linear_intensity`（推导并核对）：批大小为 B 的一个线性层的算术强度（FLOP/字节）——
   FLOPs 用 ``FlopCounterMode`` 实测，字节数取真实张量的大小；
 - :func:`check_tokens_per_pass_distribution`（推导并核对）：接受率 α、每次猜 k 个时，一次验证产出 n 个词元的概率；
 - :func:`buggy_accept` + :func:`check_accept`（找错）：推测解码的接受规则在第一个分歧之后还接着接受——
@@ -164,7 +164,7 @@ def _cache_answers() -> tuple:
     return (PagedKVCache, BlockManager, Engine)
 
 
-# ---- 预测再验证：一个线性层的算术强度 --------------------------------------------------------------------
+# ---- 推导并核对：一个线性层的算术强度 --------------------------------------------------------------------
 
 
 def _measured_linear(batch: int, d_in: int, d_out: int, dtype: torch.dtype) -> tuple[int, int]:
