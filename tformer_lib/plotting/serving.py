@@ -25,6 +25,8 @@ __all__ = [
     "block_table_snapshot",
     "plot_block_table",
     "plot_speculative",
+    "kv_head_label",
+    "plot_gqa_decode",
 ]
 
 _KIND_LABELS = {"static": "静态批处理", "continuous": "连续批处理"}
@@ -328,6 +330,82 @@ def plot_speculative(result: Mapping, *, title: str | None = None):
     right.set_ylabel("相对只用目标模型的加速比")
     right.legend(fontsize=7)
     right.set_title("加速比：实测 vs 公式", fontsize=10)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# ---------------------------------------------------------------- GQA 的解码时间
+
+_KV_LABELS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c"}
+
+
+def kv_head_label(n_kv_heads: int, n_heads: int) -> str:
+    """``n_kv_heads`` 的名字：等于 ``n_heads`` 是 MHA，1 是 MQA，其余是 GQA（括号里写出 h_kv）。"""
+    kind = "MHA" if n_kv_heads == n_heads else "MQA" if n_kv_heads == 1 else "GQA"
+    return f"{kind}（h_kv={n_kv_heads}）"
+
+
+def plot_gqa_decode(result: Mapping, *, title: str | None = None):
+    """GQA 解码测量（:func:`~tformer_lib.serving.gqa_decode.gqa_decode_benchmark` 的结果，或读出的结果文件）的两个面板：
+
+    左：每种 K/V 头数解码一步的毫秒数随缓存长度变化（点 = 中位数，粗竖线 = 四分位范围，细竖线 = 最小到最大）；
+    右：相对 MHA 的逐轮耗时比（中位数与四分位范围）与屋顶线的预测（搬动字节之比，虚线）。
+    """
+    if not isinstance(result, Mapping):
+        raise ValueError(f"result 应是 gqa_decode_benchmark 的结果（字典），收到 {type(result).__name__}")
+    rows = result.get("rows")
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError("result 应含非空的 'rows'（每个缓存长度一行）")
+    n_heads = result.get("model", {}).get("n_heads") if isinstance(result.get("model"), Mapping) else None
+    kv_heads = result.get("kv_heads")
+    if not isinstance(n_heads, int) or not isinstance(kv_heads, Sequence) or not kv_heads:
+        raise ValueError("result 应含 'model'['n_heads'] 与非空的 'kv_heads'")
+    need = ("median", "q1", "q3", "min", "max", "ratio_to_base", "predicted_ratio_to_base")
+    contexts, data = [], {h: {k: [] for k in (*need[:5], "r_med", "r_q1", "r_q3", "pred")} for h in kv_heads}
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping) or "context" not in row or not isinstance(row.get("variants"), Mapping):
+            raise ValueError(f"result['rows'][{i}] 应含 'context' 与 'variants'")
+        contexts.append(finite_number(row["context"], f"result['rows'][{i}]['context']"))
+        for h in kv_heads:
+            v = row["variants"].get(str(h))
+            if not isinstance(v, Mapping) or any(k not in v for k in need):
+                raise ValueError(f"result['rows'][{i}]['variants']['{h}'] 缺少字段（应含 {list(need)}）")
+            for k in need[:5]:
+                data[h][k].append(finite_number(v[k], f"result['rows'][{i}]['variants']['{h}']['{k}']") * 1e3)
+            for k, key in (("r_med", "median"), ("r_q1", "q1"), ("r_q3", "q3")):
+                data[h][k].append(finite_number(v["ratio_to_base"][key],
+                                                f"result['rows'][{i}]['variants']['{h}']['ratio_to_base']['{key}']"))
+            data[h]["pred"].append(finite_number(v["predicted_ratio_to_base"],
+                                                 f"result['rows'][{i}]['variants']['{h}']['predicted_ratio_to_base']"))
+    x = np.array(contexts)
+    fig, axes = new_figure((12.0, 4.2), nrows=1, ncols=2)
+    left, right = axes[0]
+    for j, h in enumerate(kv_heads):
+        d = {k: np.array(v) for k, v in data[h].items()}
+        label = kv_head_label(int(h), n_heads)
+        color = _KV_LABELS[label[:3]]
+        shift = x * (1 + 0.04 * (j - 1))  # 各组稍微错开，竖线不互相遮挡
+        left.vlines(shift, d["min"], d["max"], color=color, lw=0.8, alpha=0.5)
+        left.vlines(shift, d["q1"], d["q3"], color=color, lw=3, alpha=0.8)
+        left.plot(shift, d["median"], "o-", color=color, ms=4, label=label)
+        if j:
+            right.vlines(shift, d["r_q1"], d["r_q3"], color=color, lw=3, alpha=0.8)
+            right.plot(shift, d["r_med"], "o-", color=color, ms=4, label=f"{label} 实测（中位数与四分位）")
+            right.plot(x, d["pred"], "x--", color=color, ms=7, alpha=0.8, label=f"{label} 字节之比（屋顶线的预测）")
+    right.axhline(1.0, color="#333333", lw=0.8)
+    left.set_ylabel("解码一步（毫秒）")
+    left.set_title(f"解码一步的耗时（B={result.get('batch')}，{result.get('rounds')} 轮交替）", fontsize=10)
+    right.set_ylabel("÷ MHA")
+    right.set_ylim(0, 1.1)
+    right.set_title("相对 MHA：实测耗时比 vs 搬动字节之比", fontsize=10)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(x)
+        ax.set_xticklabels([str(int(t)) for t in x])
+        ax.set_xlabel("缓存里已有的位置数 T")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     if title:
         fig.suptitle(title)
     return fig
