@@ -44,6 +44,8 @@ RESULTS = {
     "scaling": "python -m tformer_lib.scale.scaling --out tformer_lib/results/scaling.json",
     "moe": "python -m tformer_lib.experiments.moe --out tformer_lib/results/moe.json",
     "long_context": "python -m tformer_lib.experiments.long_context --out tformer_lib/results/long_context.json",
+    "gqa_decode": "python -m tformer_lib.serving.gqa_decode --out tformer_lib/results/gqa_decode.json",
+    "bf16_serving": "python -m tformer_lib.serving.bf16 --out tformer_lib/results/bf16_serving.json",
 }
 
 
