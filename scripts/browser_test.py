@@ -25,6 +25,11 @@
 * 带小部件状态的页面确实渲染出了小部件；
 * 有静态探索器的章节页（表 :data:`STATIC_EXPLORERS`）：在浏览器里把那个控件挪一档，显示的图确实换了
   （比较前后图像像素的 SHA-256）——这只靠 jslink 与预先画好的帧，没有内核；
+* 版面（``_static/tformer.css``）：1280 px 宽的窗口里正文（``.bd-article`` 去掉内边距）至少
+  :data:`MIN_ARTICLE_WIDTH` px 宽，页面没有横向滚动条，切换按钮（ToggleButtons）的标签没有被截断；
+  每一页再在 400 px 宽的手机窗口里打开一次，同样不许横向滚动、不许截断标签；:data:`LAYOUT_PAGES` 里的几章
+  还在 1280、1440、1680 px 宽时检查正文宽度，以及右侧“本页目录”——是抽屉时（< 1600 px）顶栏按钮真能打开它，
+  占一列时（≥ 1600 px）没有被裁掉；窄屏上顶栏的导航按钮真能打开目录导航；
 
 最后在搜索页查询“注意力”和“位置编码”，要求都有结果。任何一项失败都会列出原因并以非零状态退出。
 """
@@ -94,6 +99,39 @@ STATIC_EXPLORERS = {
     "notebooks/12_distributed": "微批数 m",
     "notebooks/13_serving": "引擎步",
 }
+
+#: 1280 px（以及 :data:`WIDE_VIEWPORTS`）宽的窗口里，正文（``.bd-article`` 的内容区，不含左右内边距）至少这么宽。
+#: 主题默认只有 688 px（代码单元横向滚动、三联图的刻度缩到约 7 px）；_static/tformer.css 把它放宽到约 960 px
+#: （1280 px 时右侧目录收进抽屉）。issue 21 §5。
+MIN_ARTICLE_WIDTH = 900
+#: 手机的窗口：每一页都在这里再打开一次
+NARROW_VIEWPORT = {"width": 400, "height": 800}
+#: 再在宽屏窗口里检查版面的几章（三联图、长代码、表格多的几章）：1280、1440 px 时右侧目录是抽屉，1680 px 时占一列
+LAYOUT_PAGES = ("notebooks/10_modern_architecture", "notebooks/11_memory_precision", "notebooks/12_distributed",
+                "notebooks/13_serving", "notebooks/16_experts_long_context")
+WIDE_VIEWPORTS = ({"width": 1280, "height": 900}, {"width": 1440, "height": 900}, {"width": 1680, "height": 1000})
+
+# 版面：正文宽度、横向滚动、被截断的切换按钮标签、右侧目录（是一列时是否被裁掉）
+LAYOUT_JS = r"""
+() => {
+  const art = document.querySelector('.bd-article');
+  let article = null;
+  if (art) {
+    const cs = getComputedStyle(art);
+    article = Math.round(art.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight));
+  }
+  const root = document.documentElement;
+  const truncated = Array.from(document.querySelectorAll('main .widget-toggle-button'))
+    .filter(b => b.getBoundingClientRect().width > 0 && b.scrollWidth > b.clientWidth + 1)
+    .map(b => `“${b.textContent.trim()}”（${b.clientWidth}/${b.scrollWidth} px）`);
+  const toc = document.getElementById('pst-secondary-sidebar');
+  const tr = toc ? toc.getBoundingClientRect() : null;
+  const tocColumn = !!(toc && tr.width > 0 && getComputedStyle(toc).visibility !== 'hidden'
+                       && tr.left >= 0 && tr.right <= window.innerWidth + 1);
+  return {article, scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, truncated, tocColumn,
+          tocClipped: tocColumn && toc.scrollWidth > toc.clientWidth + 1 ? [toc.clientWidth, toc.scrollWidth] : null};
+}
+"""
 
 # 所有样式表里 @font-face 的字体地址，逐个取一次
 FONT_FACES_JS = r"""
@@ -271,6 +309,7 @@ class Checker:
             self._check_math(page, doc)
             self._check_widgets(page, doc)  # 先等小部件渲染完，它们里面的图也要参加下面的检查
             self._check_images(page, doc)
+            self._check_layout(page, doc, min_width=MIN_ARTICLE_WIDTH)
             self._check_font_faces(page, doc)
             if is_chapter:
                 self._check_launch_and_download(page, doc)
@@ -429,6 +468,99 @@ class Checker:
             return
         self.notes.append(f"{doc}: 挪动“{label}”后图换了（没有内核）")
 
+    # ---- 版面 -------------------------------------------------------------
+    def _check_layout(self, page, doc: str, min_width: int | None = None) -> dict:
+        """正文够宽（min_width 不为 None 时）、没有横向滚动条、切换按钮的标签完整；返回测得的数。"""
+        size = page.viewport_size
+        where = f"{size['width']}×{size['height']}"
+        m = page.evaluate(LAYOUT_JS)
+        if m["article"] is None:
+            self.fail(doc, f"{where}：找不到正文（.bd-article），量不了版面——主题换了结构？")
+        elif min_width is not None and m["article"] < min_width:
+            self.fail(doc, f"{where}：正文只有 {m['article']} px 宽，应至少 {min_width} px（_static/tformer.css）")
+        if m["scrollWidth"] > m["clientWidth"]:
+            self.fail(doc, f"{where}：页面横向滚动（内容 {m['scrollWidth']} px，窗口 {m['clientWidth']} px）")
+        for label in m["truncated"]:
+            self.fail(doc, f"{where}：切换按钮的标签被截断：{label}")
+        if m["tocClipped"]:
+            self.fail(doc, f"{where}：右侧目录被裁掉（宽 {m['tocClipped'][0]} px，内容 {m['tocClipped'][1]} px）")
+        if m["article"] is not None:
+            self.notes.append(f"{doc}: {where} 正文 {m['article']} px，页面宽 {m['scrollWidth']} px")
+        return m
+
+    def _check_drawer(self, page, doc: str, toggle: str, dialog_id: str, what: str) -> None:
+        """点看得见的 toggle 按钮，要求 id 为 dialog_id 的抽屉打开且里面有链接；再按 Esc 关上。"""
+        where = f"{page.viewport_size['width']} px"
+        button = page.locator(f"{toggle}:visible")
+        if button.count() != 1:
+            self.fail(doc, f"{where}：应有且只有一个看得见的{what}按钮（{toggle}），找到 {button.count()} 个")
+            return
+        button.click()
+        try:
+            page.wait_for_function(
+                "id => { const d = document.getElementById(id); return d && d.open && d.querySelectorAll('a[href]').length > 0"
+                " && d.getBoundingClientRect().width > 0; }",
+                arg=dialog_id, timeout=5000)
+        except Exception:
+            self.fail(doc, f"{where}：点{what}按钮后没有打开{what}（#{dialog_id}）——主题脚本只绑定页面上第一个按钮")
+            return
+        page.keyboard.press("Escape")
+        page.wait_for_function("id => !document.getElementById(id).open", arg=dialog_id, timeout=5000)
+        self.notes.append(f"{doc}: {where} 点按钮能打开{what}")
+
+    def _open(self, context, doc: str) -> tuple:
+        """打开一页并等公式与小部件排好（它们决定宽度）；返回 (page, problems)。"""
+        problems: list[str] = []
+        page = context.new_page()
+        self._attach(page, doc, problems)
+        page.goto(f"{self.base}/{urllib.parse.quote(doc)}.html", wait_until="load", timeout=self.timeout_ms)
+        if page.evaluate("() => !!document.querySelector('script[src*=\"mathjax\"]')"):
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                                   timeout=self.timeout_ms)
+            page.evaluate("() => MathJax.startup.promise")
+        if page.evaluate("() => document.querySelectorAll("
+                         "'script[type=\"application/vnd.jupyter.widget-view+json\"]').length"):
+            page.wait_for_function("() => document.querySelectorAll('.jupyter-widgets, .widget-inline-hbox').length > 0",
+                                   timeout=self.timeout_ms)
+        page.wait_for_function("() => Array.from(document.querySelectorAll('main img')).every(i => i.complete)",
+                               timeout=self.timeout_ms)
+        return page, problems
+
+    def check_layouts(self, browser, docs: list[str], chapters: set[str]) -> None:
+        """每一页在手机宽度下不横向滚动；LAYOUT_PAGES 在更宽的窗口里正文够宽、右侧目录可用。"""
+        first_chapter = next((d for d in docs if d in chapters and not d.startswith("notebooks/solutions/")), None)
+        runs = [(NARROW_VIEWPORT, docs)] + [(vp, [d for d in LAYOUT_PAGES if d in self.docs or not self.docs])
+                                            for vp in WIDE_VIEWPORTS]
+        for viewport, pages in runs:
+            narrow = viewport is NARROW_VIEWPORT
+            context = browser.new_context(viewport=viewport, locale="zh-CN")
+            external: list[str] = []
+            self._route(context, external)
+            for doc in pages:
+                problems: list[str] = []
+                page = None
+                try:
+                    page, problems = self._open(context, doc)
+                    m = self._check_layout(page, doc, min_width=None if narrow else MIN_ARTICLE_WIDTH)
+                    if narrow and doc == first_chapter:
+                        self._check_drawer(page, doc, ".primary-toggle", "pst-primary-sidebar-modal", "目录导航")
+                        self._check_drawer(page, doc, ".secondary-toggle", "pst-secondary-sidebar-modal", "本页目录")
+                    elif not narrow and not m["tocColumn"]:
+                        self._check_drawer(page, doc, ".secondary-toggle", "pst-secondary-sidebar-modal", "本页目录")
+                    if self.screenshot_dir is not None:
+                        name = f"{doc.replace('/', '__')}_{viewport['width']}.png"
+                        page.screenshot(path=str(self.screenshot_dir / name), full_page=False)
+                except Exception as exc:
+                    self.fail(doc, f"{viewport['width']} px 宽时检查出错：{type(exc).__name__}: {exc}")
+                finally:
+                    if page is not None:
+                        page.close()
+                for p in problems:
+                    self.fail(doc, f"{viewport['width']} px 宽时：{p}")
+            context.close()
+            for url in sorted(set(external)):
+                self.failures.append(f"请求了外部网址（书必须离线可读）：{url}")
+
     # ---- 搜索 -------------------------------------------------------------
     def check_search(self, context, queries) -> None:
         for q in queries:
@@ -510,6 +642,7 @@ def main(argv: list[str] | None = None) -> int:
                 checker.check_page(context, doc, doc in chapters)
             checker.check_search(context, args.query or DEFAULT_QUERIES)
             context.close()
+            checker.check_layouts(browser, docs, chapters)
             browser.close()
     finally:
         server.shutdown()
@@ -528,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  ✗ " + f, file=sys.stderr)
         return 1
     print("浏览器测试通过：无控制台错误、无 404，公式已排版，图片完整，练习都链到参考答案，"
-          "静态探索器能拖动，搜索可用。")
+          f"静态探索器能拖动，搜索可用；1280 px 宽时正文 ≥ {MIN_ARTICLE_WIDTH} px，400 px 宽时不横向滚动，侧栏按钮能用。")
     return 0
 
 

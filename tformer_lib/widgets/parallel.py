@@ -23,6 +23,8 @@ PIPELINE_MICRO_BATCHES = (1, 2, 4, 8, 16)
 ZERO_WORLD_SIZES = (1, 2, 4, 8, 16, 64)
 
 _STYLE = {"description_width": "initial"}
+#: ToggleButtons 的每个按钮默认固定 148 px 宽，“fp32 + AdamW（4+4+8 字节）”会被截成“fp32 + AdamW（…”：按钮随标签变宽
+_TOGGLE_STYLE = {**_STYLE, "button_width": "auto"}
 #: 流水线探索器里段数滑块的范围
 _STAGES_RANGE = (2, 8)
 
@@ -90,7 +92,7 @@ def zero_memory_explorer(n_params: int, world_size: int = 2, *, measured: Mappin
                                 style=_STYLE)
     precision = widgets.ToggleButtons(options=[("fp32 + AdamW（4+4+8 字节）", "fp32"),
                                                ("混合精度（2+2+12 字节）", "mixed")], value="fp32",
-                                      description="精度", style=_STYLE)
+                                      description="精度", style=_TOGGLE_STYLE)
 
     def _plot(world_size, precision, n_params, measured, measured_world_size):
         sizes = (4, 4, 8) if precision == "fp32" else (2, 2, 12)
