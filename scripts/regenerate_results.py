@@ -46,6 +46,7 @@ RESULTS = {
     "long_context": "python -m tformer_lib.experiments.long_context --out tformer_lib/results/long_context.json",
     "gqa_decode": "python -m tformer_lib.serving.gqa_decode --out tformer_lib/results/gqa_decode.json",
     "bf16_serving": "python -m tformer_lib.serving.bf16 --out tformer_lib/results/bf16_serving.json",
+    "document_masking": "python -m tformer_lib.experiments.document_masking --out tformer_lib/results/document_masking.json",
 }
 
 

@@ -9,7 +9,11 @@
 这样模型也学会只凭体裁与首字作诗。
 
 打包：文档按种子打乱后依次装进长度 ``block_len = max_len + 1`` 的块，装不下的文档整篇放到下一块
-（块总从一篇文档的开头起，与生成时从 BOS 开始的情形一致），块尾用 PAD 补齐，PAD 不计损失。
+（块总从一篇文档的开头起，所以至少块里的第一首与生成时从 BOS、位置 0 开始的情形一致），块尾用 PAD 补齐，PAD 不计损失。
+
+打包不是免费的：只用因果掩码时，块里后面的诗看得见前面几首（与它无关的上文），位置编号也接着前一首往下数，
+而生成时每首诗都从位置 0 开始。:func:`document_layout` 给出“每篇文档各自从位置 0 数、只看自己”的
+位置与注意力掩码（文档掩码，document masking），训练时由 ``LMTrainer(document_mask=True)`` 打开。
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from collections.abc import Sequence
 
 import torch
 
-from .._checks import positive_int
+from .._checks import non_empty_sequence, positive_int, tensor_with_dim
 from ..data.poems import Poem, load_poems
+from ..masks import causal_mask
 from ..specials import BOS, EOS, PAD
 from ..text import CharTokenizer
 
@@ -141,4 +146,38 @@ def loss_targets(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return inputs, targets
 
 
-__all__ += ["loss_targets", "pad_documents"]
+def document_layout(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """文档掩码（document masking，也叫 intra-document masking）：一个打包的块里，每篇文档各算各的。
+
+    ``tokens``：``(N, T)`` 的词元 id，通常是 :func:`loss_targets` 给出的输入（块去掉最后一个词元）。
+    返回 ``(positions, attn_mask)``，可直接交给 ``model(tokens, positions=…, attn_mask=…)``：
+
+    - ``positions`` ``(N, T)``：每遇到一个 BOS，位置编号从 0 重新数起；第一个 BOS 之前的词元（上一块延续过来的
+      文档尾巴，:func:`stream_blocks` 的块会有）从 0 数；PAD 的位置记 0。
+    - ``attn_mask`` ``(N, 1, T, T)``，布尔，True = 可以关注：查询 i 只看同一篇文档里、不在它之后（j ≤ i）的
+      非 PAD 词元，即“分块对角 + 因果”；PAD 查询只看它自己（每行至少一个 True，softmax 不会出 NaN；
+      PAD 的目标本来就不计损失，它们也不被任何真实词元看见）。
+
+    这样，块里每首诗得到的 logits 与把它单独从位置 0 送进模型时相同（测试保证，误差在 1e-5 内）。
+    """
+    tensor_with_dim("tokens", tokens, 2, "(N, T)")
+    non_empty_sequence("tokens", tokens, seq_dim=1)
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool or tokens.is_complex():
+        raise TypeError(f"tokens 应是整数类型的词元 id，收到 dtype {tokens.dtype}")
+    if tokens.numel() and int(tokens.min()) < 0:
+        raise ValueError(f"tokens 应是非负的词元 id，收到最小值 {int(tokens.min())}")
+    length = tokens.shape[1]
+    is_bos, is_pad = tokens == BOS, tokens == PAD  # (N, T), (N, T)
+    index = torch.arange(length, device=tokens.device).expand_as(tokens)  # (N, T)
+    # 每个词元所在文档的起点：到它为止最后一个 BOS 的下标（之前没有 BOS 时是 0）
+    start = torch.where(is_bos, index, torch.zeros_like(index)).cummax(dim=1).values  # (N, T)
+    positions = (index - start).masked_fill(is_pad, 0)  # (N, T)
+    doc = is_bos.long().cumsum(dim=1)  # (N, T)：第几篇文档（第一个 BOS 之前记作第 0 篇）
+    same_doc = doc[:, :, None] == doc[:, None, :]  # (N, T_q, T_k)
+    real = ~is_pad  # (N, T)
+    mask = same_doc & causal_mask(length, device=tokens.device) & real[:, :, None] & real[:, None, :]  # (N, T, T)
+    mask = mask | torch.eye(length, dtype=torch.bool, device=tokens.device)  # PAD 查询只看自己
+    return positions, mask.unsqueeze(1)  # (N, T), (N, 1, T, T)：在头这一维上广播
+
+
+__all__ += ["loss_targets", "pad_documents", "document_layout"]

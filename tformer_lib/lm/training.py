@@ -27,7 +27,7 @@ from ..specials import PAD
 from ..training.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, CheckpointError, atomic_torch_save, load_checkpoint
 from ..training.trainer import TrainingDivergedError
 from .config import LMConfig
-from .data import loss_targets
+from .data import document_layout, loss_targets
 from .model import DecoderOnlyLM, make_lm
 from .quality import lm_perplexity
 
@@ -97,6 +97,8 @@ class LMTrainer:
     accumulation_steps: 梯度累积（gradient accumulation）：每步把 ``batch_size`` 切成这么多个微批依次反向。
     autocast: None | "bf16" | "fp16"：在 ``torch.autocast`` 下前向（混合精度）；"fp16" 另带 ``GradScaler``。
     activation_checkpointing: 激活重算（:meth:`~tformer_lib.lm.DecoderOnlyLM.set_activation_checkpointing`）。
+    document_mask: 文档掩码（document masking）：每个块里的每篇文档位置从 0 数起、只看自己
+        （:func:`~tformer_lib.lm.data.document_layout`）；默认 False = 只用因果掩码，后面的文档看得见前面的。
     ``history``：``step_loss``/``step_lr`` 每步一个数，``evals`` 是每次评估的字典（step、valid_loss、valid_ppl）。
     """
 
@@ -120,6 +122,7 @@ class LMTrainer:
         accumulation_steps: int = 1,
         autocast: str | None = None,
         activation_checkpointing: bool = False,
+        document_mask: bool = False,
     ):
         if not isinstance(model, DecoderOnlyLM):
             raise TypeError(f"model 应是 make_lm(config) 得到的 DecoderOnlyLM，收到 {type(model).__name__}")
@@ -135,6 +138,8 @@ class LMTrainer:
             raise ValueError(f"autocast 应是 {tuple(AUTOCAST_DTYPES)} 之一，收到 {autocast!r}")
         if not isinstance(activation_checkpointing, bool):
             raise TypeError(f"activation_checkpointing 应是 bool，收到 {activation_checkpointing!r}")
+        if not isinstance(document_mask, bool):
+            raise TypeError(f"document_mask 应是 bool，收到 {document_mask!r}")
         _check_valid(valid)
         positive_int("total_steps", total_steps)
         positive_int("eval_every", eval_every)
@@ -148,7 +153,7 @@ class LMTrainer:
             flag("progress", progress)
         flag("verbose", verbose)
         model.set_activation_checkpointing(activation_checkpointing)
-        self.accumulation_steps, self.autocast = accumulation_steps, autocast
+        self.accumulation_steps, self.autocast, self.document_mask = accumulation_steps, autocast, document_mask
         device_type = next(model.parameters()).device.type
         # float16 的梯度会下溢为 0：按损失缩放（loss scaling）补救；bfloat16 的指数位与 float32 相同，不需要
         self.scaler = torch.amp.GradScaler(device_type) if autocast == "fp16" else None
@@ -182,11 +187,14 @@ class LMTrainer:
         路由辅助损失 × ``share``（这个微批占整批的份额；稠密模型这一项是 0）。日志与返回值只记交叉熵，
         稠密与 MoE 的损失才能直接比较。
         """
+        layout = {}
+        if self.document_mask:  # 每篇文档位置从 0 数、只看自己：positions (B, L)，attn_mask (B, 1, L, L)
+            layout = dict(zip(("positions", "attn_mask"), document_layout(inputs)))
         if self.autocast is None:
-            logits = self.model(inputs)  # (B, L, V)
+            logits = self.model(inputs, **layout)  # (B, L, V)
         else:
             with torch.autocast(inputs.device.type, AUTOCAST_DTYPES[self.autocast]):
-                logits = self.model(inputs)  # (B, L, V)，矩阵乘法在 16 位里算
+                logits = self.model(inputs, **layout)  # (B, L, V)，矩阵乘法在 16 位里算
         logits = logits.float().flatten(0, 1)  # (B·L, V)：损失总在 float32 里算
         if n_targets is None:
             ce = F.cross_entropy(logits, targets.flatten(), ignore_index=PAD)
@@ -296,6 +304,7 @@ class LMTrainer:
             "seed": self.seed,
             "batch_size": self.batch_size,
             "total_steps": self.total_steps,
+            "document_mask": self.document_mask,
             "history": {k: list(v) for k, v in self.history.items()},
             "seconds": self.seconds,
             "cpu_seconds": self.cpu_seconds,
@@ -308,6 +317,9 @@ class LMTrainer:
         for key in ("seed", "batch_size", "total_steps"):
             if state[key] != getattr(self, key):
                 raise ValueError(f"检查点里的 {key}={state[key]!r} 与这个训练器的 {getattr(self, key)!r} 不同，无法精确续训")
+        if state.get("document_mask", False) != self.document_mask:  # 旧检查点没有这一项：当时只有因果掩码
+            raise ValueError(f"检查点里的 document_mask={state.get('document_mask', False)!r} 与这个训练器的 "
+                             f"{self.document_mask!r} 不同，无法精确续训")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
