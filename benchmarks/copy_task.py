@@ -21,7 +21,7 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from tformer_lib.cli import COPY_SETUP, build_synthetic
+    from tformer_lib.commands.cli import COPY_SETUP, build_synthetic
     from tformer_lib.training import Trainer, evaluate
 
     model, vocab, train, test = build_synthetic(args.task, seed=args.seed)

@@ -110,7 +110,7 @@ def test_flag_type_is_checked():
 @pytest.mark.slow
 def test_lm_train_cli_takes_the_memory_flags(tmp_path, monkeypatch):
     """``lm-train --accumulation-steps 2 --autocast bf16 --activation-checkpointing`` 训一步并存盘（小数据）。"""
-    from tformer_lib.cli import main
+    from tformer_lib.commands.cli import main
     from tformer_lib.lm import pretrained
     from tformer_lib.lm.training import load_lm
 

@@ -97,7 +97,7 @@ def test_unknown_words_warn_by_default_and_fail_with_strict():
 
 
 def test_train_out_is_checked_before_any_training(tmp_path, monkeypatch, capsys):
-    from tformer_lib import cli
+    from tformer_lib.commands import cli
     from tformer_lib.training import Trainer
 
     def no_training(self, epochs):

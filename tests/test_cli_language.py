@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from tformer_lib.cli import main
-from tformer_lib.cli_base import ARGPARSE_ZH
+from tformer_lib.commands.cli import main
+from tformer_lib.commands.base import ARGPARSE_ZH
 from tformer_lib.training.trainer import epoch_line
 
 COMMANDS = ("train", "translate", "evaluate", "lm-train", "lm-generate", "serve", "lm-finetune")

@@ -14,7 +14,7 @@ import torch
 
 from tformer_lib import TransformerConfig, make_model
 from tformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
-from tformer_lib.cli import main as cli_main
+from tformer_lib.commands.cli import main as cli_main
 from tformer_lib.data import Vocab, batch_iterator, make_batch, make_copy_task, make_toy_corpus, pad_sequences
 from tformer_lib.data import make_synthetic_splits, tokenize_zh
 from tformer_lib.decoding import beam_search, greedy_decode, sample_decode, translate

@@ -17,7 +17,7 @@ from tformer_lib.finetune.qlora import apply_qlora
 from tformer_lib.lm import LMConfig, generate, make_lm
 from tformer_lib.quant import Int4Linear, dequantize_model, quantize_model
 from tformer_lib.serving import Engine, Request
-from tformer_lib.serving.cli import parse_adapters
+from tformer_lib.commands.serve import parse_adapters
 from tformer_lib.training.checkpoint import CheckpointError
 
 CONFIG = dict(vocab_size=40, d_model=64, n_heads=4, n_layers=2, d_ff=128, max_len=32, positional="rope",

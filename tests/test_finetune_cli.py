@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from tformer_lib.cli import main
+from tformer_lib.commands.cli import main
 from tformer_lib.finetune import AdapterSet, apply_adapter, load_adapter, merge_lora
 from tformer_lib.lm import generate
 from tformer_lib.lm.pretrained import load_poem_model

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tformer_lib.cli import main
+from tformer_lib.commands.cli import main
 from tformer_lib.lm.metrics_log import metrics_path, read_metrics
 from tformer_lib.lm.training import load_lm
 from tformer_lib.plotting.lm import plot_lm_metrics
@@ -76,7 +76,7 @@ def test_lm_train_flags_override_the_recipe(tmp_path, capsys):
 
 
 def test_help_numbers_match_the_recipe():
-    from tformer_lib.lm.cli import POEM_MODEL
+    from tformer_lib.commands.lm import POEM_MODEL
     from tformer_lib.lm.pretrained import POEM_RECIPE
 
     assert all(POEM_RECIPE["model"][k] == v for k, v in POEM_MODEL.items())

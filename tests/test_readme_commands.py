@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tformer_lib.cli import _parser, main
+from tformer_lib.commands.cli import _parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -11,7 +11,7 @@ tokenizers = pytest.importorskip("tokenizers")
 pytest.importorskip("uvicorn")
 
 from tformer_lib.serving import create_app  # noqa: E402
-from tformer_lib.serving.cli import load_served_model  # noqa: E402
+from tformer_lib.commands.serve import load_served_model  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 V = 320

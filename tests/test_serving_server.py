@@ -152,7 +152,7 @@ def test_bad_requests_get_4xx_and_server_survives(server, body, status, needle):
 
 
 def test_port_in_use_fails_before_the_banner(capsys):
-    from tformer_lib.cli import main
+    from tformer_lib.commands.cli import main
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -166,7 +166,7 @@ def test_port_in_use_fails_before_the_banner(capsys):
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path, capsys):
-    from tformer_lib.cli import main
+    from tformer_lib.commands.cli import main
 
     assert main(["serve", "--port", str(_free_port()), "--model", str(tmp_path / "nope.pt")]) == 1
     err = capsys.readouterr().err
@@ -198,7 +198,7 @@ def test_sigterm_exits_in_bounded_time_despite_a_stalled_client(server):
 
 def test_default_model_is_the_shipped_poem_model():
     from tformer_lib.lm.pretrained import load_poem_model
-    from tformer_lib.serving.cli import load_served_model
+    from tformer_lib.commands.serve import load_served_model
     from tformer_lib.specials import BOS, EOS, PAD
 
     model, tokenizer, name, eos_ids, suppress_ids = load_served_model(None)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tformer_lib.cli import main
+from tformer_lib.commands.cli import main
 from tformer_lib.decoding import greedy_decode, sample_decode
 from tformer_lib.lm import LMConfig, generate, make_lm, next_token_distribution
 from tformer_lib.specials import BOS

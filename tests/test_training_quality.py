@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tformer_lib.cli import COPY_SETUP, build_synthetic
+from tformer_lib.commands.cli import COPY_SETUP, build_synthetic
 from tformer_lib.data import make_batch
 from tformer_lib.decoding import beam_search, greedy_decode, sequence_log_probs, translate
 from tformer_lib.pretrained import (

@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from tformer_lib.cli import main
+from tformer_lib.commands.cli import main
 from tformer_lib.lm import LMConfig, make_lm, sample_poems
 from tformer_lib.specials import UNK
 from tformer_lib.text import CharTokenizer

@@ -1,7 +1,7 @@
-"""``python -m tformer_lib`` 的入口，见 :mod:`tformer_lib.cli`。"""
+"""``python -m tformer_lib`` 的入口，见 :mod:`tformer_lib.commands`。"""
 
 import sys
 
-from .cli import main
+from .commands import main
 
 sys.exit(main())

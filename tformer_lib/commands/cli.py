@@ -23,7 +23,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from .cli_base import CLIError, Parser, one_line
+from .base import CLIError, Parser, one_line
 
 TASKS = ("copy", "reverse", "toy_zh_en")
 #: 模型规模：d_model、头数 h、d_ff
@@ -41,10 +41,10 @@ TOY_LAYERS = 2
 def build_synthetic(task: str, seed: int = 0, size: str | None = None, layers: int | None = None,
                     positional: str = "sinusoidal", **overrides):
     """合成任务的 ``(model, vocab, train, test)``；``train/test`` 是 id 句子对，测试集 200 条留出序列。"""
-    from .config import TransformerConfig
-    from .data import encode_pairs, make_synthetic_splits, synthetic_vocab
-    from .model import make_model
-    from .seed import set_seed
+    from ..config import TransformerConfig
+    from ..data import encode_pairs, make_synthetic_splits, synthetic_vocab
+    from ..model import make_model
+    from ..seed import set_seed
 
     s = {**COPY_SETUP, **overrides}
     splits = make_synthetic_splits(task, n_train=s["n_train"], n_test=s["n_test"], n_symbols=s["n_symbols"],
@@ -106,13 +106,13 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="显示进度条（默认只在终端里显示；否则每解码一段打印一行）")
 
-    from .lm.cli import register_lm_commands  # 挂钩：语言模型的 lm-train / lm-generate（见 tformer_lib/lm/cli.py）
+    from .lm import register_lm_commands  # 语言模型的 lm-train / lm-generate
 
     register_lm_commands(sub)
-    from .serving.cli import register_serve_command  # 挂钩：推理服务 serve（见 tformer_lib/serving/cli.py）
+    from .serve import register_serve_command  # 推理服务 serve
 
     register_serve_command(sub)
-    from .finetune.cli import register_finetune_command  # 挂钩：微调 lm-finetune（见 tformer_lib/finetune/cli.py）
+    from .finetune import register_finetune_command  # 微调 lm-finetune
 
     register_finetune_command(sub)
     return p
@@ -121,11 +121,11 @@ def _parser() -> argparse.ArgumentParser:
 def _task_data(task: str, seed: int, src_vocab=None, tgt_vocab=None) -> dict:
     """按任务名重建数据划分（id 句子对）。"""
     if task == "toy_zh_en":
-        from .pretrained import load_toy_data
+        from ..pretrained import load_toy_data
 
         return load_toy_data(seed)
     if task in ("copy", "reverse"):
-        from .data import encode_pairs, make_synthetic_splits, synthetic_vocab
+        from ..data import encode_pairs, make_synthetic_splits, synthetic_vocab
 
         s = COPY_SETUP
         splits = make_synthetic_splits(task, n_train=s["n_train"], n_test=s["n_test"], n_symbols=s["n_symbols"],
@@ -137,16 +137,16 @@ def _task_data(task: str, seed: int, src_vocab=None, tgt_vocab=None) -> dict:
 
 
 def _cmd_train(args) -> int:
-    from .pretrained import TOY_TRAINING, load_toy_data, toy_model_config
-    from .model import make_model
-    from .seed import set_seed
-    from .training import Trainer, save_checkpoint
+    from ..pretrained import TOY_TRAINING, load_toy_data, toy_model_config
+    from ..model import make_model
+    from ..seed import set_seed
+    from ..training import Trainer, save_checkpoint
 
     if args.epochs is not None and args.epochs < 1:
         raise CLIError(f"--epochs 应为正整数，收到 {args.epochs}")
     if args.layers is not None and args.layers < 1:
         raise CLIError(f"--layers 应为正整数，收到 {args.layers}")
-    from .training.checkpoint import check_checkpoint_path
+    from ..training.checkpoint import check_checkpoint_path
 
     try:  # 训练之前就确认存得下，免得训练完才失败、白跑一趟
         check_checkpoint_path(args.out, "--out")
@@ -173,8 +173,8 @@ def _cmd_train(args) -> int:
                       lr_factor=s["lr_factor"], label_smoothing=s["label_smoothing"], seed=args.seed,
                       progress=args.progress, verbose=verbose)
     if verbose:
-        from .data.batching import num_batches
-        from .progress import stage
+        from ..data.batching import num_batches
+        from ..progress import stage
 
         stage(f"开始训练 {args.task}：{epochs} 个 epoch，每个 {num_batches(len(train), s['batch_size'])} 步；"
               "每个 epoch 结束时评估验证集并打印一行")
@@ -187,10 +187,10 @@ def _cmd_train(args) -> int:
 
 
 def _load(path: str | None):
-    from .training import CheckpointError, load_model
+    from ..training import CheckpointError, load_model
 
     if path is None:  # 默认：随库附带的玩具模型（第 5–8 章用的那个）
-        from .pretrained import shipped_checkpoint_path
+        from ..pretrained import shipped_checkpoint_path
 
         path = str(shipped_checkpoint_path("sinusoidal"))
     try:
@@ -217,7 +217,7 @@ def _check_decoding_options(args) -> None:
 def _cmd_translate(args) -> int:
     import torch
 
-    from .decoding import UnknownTokenError, UnknownTokenWarning, translate
+    from ..decoding import UnknownTokenError, UnknownTokenWarning, translate
 
     _check_decoding_options(args)
     model, src_vocab, tgt_vocab, ckpt = _load(args.checkpoint)
@@ -248,11 +248,11 @@ def _cmd_translate(args) -> int:
 def _cmd_evaluate(args) -> int:
     import torch
 
-    from .decoding import beam_search, ids_to_lists
-    from .progress import StageProgress
-    from .specials import PAD
-    from .training import evaluate
-    from .training.trainer import METRIC_NAMES
+    from ..decoding import beam_search, ids_to_lists
+    from ..progress import StageProgress
+    from ..specials import PAD
+    from ..training import evaluate
+    from ..training.trainer import METRIC_NAMES
 
     _check_decoding_options(args)
     model, src_vocab, tgt_vocab, ckpt = _load(args.checkpoint)
@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """命令行入口；返回退出码：0 成功；2 参数写错（argparse 认不出的选项、缺少参数、类型不对）；
     1 其余的错误，包括能解析、取值却不合法的参数（如 ``--threads 0``）与运行时的错误。"""
     args = _parser().parse_args(argv)
-    from .training import CheckpointError, TrainingDivergedError
+    from ..training import CheckpointError, TrainingDivergedError
 
     try:
         if args.threads is not None:

@@ -11,7 +11,7 @@
 
 合并后的检查点（``--out``）是普通的语言模型检查点：``lm-generate``、``serve`` 与 :func:`~tformer_lib.lm.save_hf` 都接受它。
 适配器文件（``--adapter-out``）只存支路，要与训练时的底座一起用（``lm-generate --adapter``、``serve --adapter``）。
-由 :mod:`tformer_lib.cli` 的一个挂钩（:func:`register_finetune_command`）注册。
+由 :mod:`tformer_lib.commands.cli` 的一个挂钩（:func:`register_finetune_command`）注册。
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["register_finetune_command"]
 
 def register_finetune_command(sub) -> None:
     """往 ``python -m tformer_lib`` 的子命令表里加 ``lm-finetune``。"""
-    from .train import FINETUNE_RECIPE
+    from ..finetune.train import FINETUNE_RECIPE
 
     f = sub.add_parser("lm-finetune", help="在一位诗人的诗上微调语言模型：全量、LoRA 或 QLoRA（第 17 章）",
                        description="按 tformer_lib.finetune.FINETUNE_RECIPE 微调，打印目标诗人与其他诗人 test 诗上的困惑度，"
@@ -42,16 +42,16 @@ def register_finetune_command(sub) -> None:
 
 
 def _cmd_lm_finetune(args) -> int:
-    from ..cli_base import CLIError
+    from .base import CLIError
     from ..lm.pretrained import load_poem_model
     from ..lm.training import load_lm, save_lm_checkpoint
     from ..progress import stage
     from ..quant.quantize import dequantize_model
     from ..training.checkpoint import check_checkpoint_path
-    from .adapter_file import save_adapter
-    from .lora import merge_lora, trainable_parameters
-    from .poet import poet_data
-    from .train import FINETUNE_RECIPE, finetune_poet, finetune_scores
+    from ..finetune.adapter_file import save_adapter
+    from ..finetune.lora import merge_lora, trainable_parameters
+    from ..finetune.poet import poet_data
+    from ..finetune.train import FINETUNE_RECIPE, finetune_poet, finetune_scores
 
     if args.out is None and args.adapter_out is None:
         raise CLIError("至少给 --out（合并后的检查点）或 --adapter-out（适配器文件）之一，否则训练的结果没处放")

@@ -1,6 +1,6 @@
 """命令行的共同部分：错误类型 :class:`CLIError`、说中文的参数解析器 :class:`Parser`、把异常压成一行的 :func:`one_line`。
 
-``cli.py``（train / translate / evaluate）、``lm/cli.py``、``serving/cli.py`` 与 ``finetune/cli.py`` 都从这里取，
+``cli.py``（train / translate / evaluate）、``lm.py``、``serve.py`` 与 ``finetune.py`` 都从这里取，
 彼此不必互相导入。
 
 argparse 自己的话（``usage:``、``options``、“缺少参数”“不是可选的值”……）默认是英文，由它内部的

@@ -13,7 +13,7 @@
 收到 SIGTERM 或 Ctrl-C（SIGINT）时不再接新连接，等进行中的请求至多 ``--shutdown-timeout`` 秒，然后退出（退出码 0）。
 端口被占用时在打印“推理服务：http://…”之前就报错退出（退出码 1）。
 
-由 :mod:`tformer_lib.cli` 的一个挂钩（:func:`register_serve_command`）注册。
+由 :mod:`tformer_lib.commands.cli` 的一个挂钩（:func:`register_serve_command`）注册。
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def _server_class(uvicorn):
     """
     import asyncio
 
-    from .openai_api import OpenAIError
+    from ..serving.openai_api import OpenAIError
 
     class Server(uvicorn.Server):
         worker = None
@@ -159,7 +159,7 @@ def _server_class(uvicorn):
 def _cmd_serve(args) -> int:
     import uvicorn
 
-    from .server import create_app
+    from ..serving.server import create_app
 
     _check_args(args)
     sock = bind_socket(args.host, args.port)  # 先占端口：被占用时马上失败，不必等模型读完

@@ -16,7 +16,7 @@
 ``lm-generate`` 的题目或首字里有词表外的字（emoji、生僻字）时在标准错误上警告一行（与 ``translate`` 相同）；
 加 ``--strict`` 则报错退出。
 
-由 :mod:`tformer_lib.cli` 的一个挂钩（:func:`register_lm_commands`）注册。
+由 :mod:`tformer_lib.commands.cli` 的一个挂钩（:func:`register_lm_commands`）注册。
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def register_lm_commands(sub) -> None:
 
 
 def _positive(name: str, value) -> None:
-    from ..cli_base import CLIError
+    from .base import CLIError
 
     if value is not None and value < 1:
         raise CLIError(f"{name} 应为正整数，收到 {value}")
@@ -94,15 +94,15 @@ def _positive(name: str, value) -> None:
 def _cmd_lm_train(args) -> int:
     import torch
 
-    from ..cli_base import CLIError
+    from .base import CLIError
     from ..parallel.launch import init_from_env, is_rank0
     from ..parallel.trainer import DistributedLMTrainer
     from ..progress import stage
     from ..seed import set_seed
-    from .metrics_log import MetricsLog, metrics_path
-    from .model import make_lm
-    from .pretrained import POEM_RECIPE, poem_data, poem_model_config
-    from .training import load_lm, save_lm_checkpoint
+    from ..lm.metrics_log import MetricsLog, metrics_path
+    from ..lm.model import make_lm
+    from ..lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
+    from ..lm.training import load_lm, save_lm_checkpoint
 
     for name in ("--steps", "--total-steps", "--save-every", "--n-kv-heads", "--accumulation-steps", "--batch-size",
                  "--warmup", "--eval-every", "--d-model", "--n-layers", "--n-heads", "--d-ff"):
@@ -204,12 +204,12 @@ def _cmd_lm_train(args) -> int:
 
 
 def _cmd_lm_generate(args) -> int:
-    from ..cli_base import CLIError
+    from .base import CLIError
     from ..data.poems import FORMS
     from ..unknown_tokens import UnknownTokenError, UnknownTokenWarning
-    from .pretrained import load_poem_model
-    from .quality import poem_lines, sample_poems
-    from .training import load_lm
+    from ..lm.pretrained import load_poem_model
+    from ..lm.quality import poem_lines, sample_poems
+    from ..lm.training import load_lm
 
     form = _SHORT_FORMS.get(args.form, args.form)
     if form not in FORMS.values():
