@@ -141,6 +141,8 @@ ROPE = Case(check_interleaved_to_halves, ref_interleaved_to_halves, also_correct
     Wrong("inverse", _halves_to_interleaved, key="inverse"),
     Wrong("whole_matrix", _whole_matrix, key="whole_matrix"),
     Wrong("columns", _columns, key="columns"),
+    Wrong("swapped_in_pair", lambda w, n_heads: w.reshape(n_heads, -1, 2, w.shape[1]).flip(2).transpose(1, 2)
+          .reshape(w.shape), key="swapped"),
     Wrong("in_place", _in_place, key="in_place"),
     Wrong("transposed", lambda w, n_heads: ref_interleaved_to_halves(w, n_heads).T, key="shape"),
     Wrong("sign_flipped", _sign_flipped, key="values"),

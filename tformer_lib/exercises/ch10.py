@@ -231,6 +231,9 @@ def _layout_variants(w: torch.Tensor, h: int) -> list[tuple[str, torch.Tensor, s
         ("inverse", w.reshape(h, 2, d_k // 2, d_in).transpose(1, 2).reshape(rows, d_in),
          "方向反了：这是把前后两半配对的权重换成相邻配对。新矩阵第 i 行（前半）应取原来的第 2i 行，"
          "第 i + d_k/2 行（后半）取原来的第 2i+1 行"),
+        ("swapped", w.reshape(h, d_k // 2, 2, d_in).flip(2).transpose(1, 2).reshape(rows, d_in),
+         "每一对的两行放反了：第 2i 行应到前半（第 i 行）、第 2i+1 行到后半（第 i + d_k/2 行）。放反等于把每一对反着转（角度变成 −θ_i），"
+         "打分就依赖 m − n 的相反数"),
         ("columns", w.reshape(rows, d_in // 2, 2).transpose(1, 2).reshape(rows, d_in) if d_in % 2 == 0 else w,
          "重排的是输入维（列）：RoPE 旋转的是投影出来的 q、k 的维度，也就是 W 的输出维（行）"),
     ]
