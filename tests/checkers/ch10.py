@@ -135,7 +135,22 @@ def _sign_flipped(w, n_heads):  # 配对对了，但后半取了相反数：旋�
     return out
 
 
-ROPE = Case(check_interleaved_to_halves, ref_interleaved_to_halves, also_correct=[_by_index], wrong=[
+def _filled_float32(w, n_heads):  # 先建 float32 的零矩阵再逐行填：正确的排列，只是精度是 float32
+    out = torch.zeros(w.shape[0], w.shape[1])
+    out[:] = ref_interleaved_to_halves(w, n_heads)
+    return out
+
+
+def _scales_by_call_order():  # 交替乘 2 与 0.5：两次调用的缩放相抵，打分不变，但换出的不是原矩阵的行
+    calls = []
+
+    def fn(w, n_heads):
+        calls.append(1)
+        return ref_interleaved_to_halves(w, n_heads) * (2.0 if len(calls) % 2 else 0.5)
+    return fn
+
+
+ROPE = Case(check_interleaved_to_halves, ref_interleaved_to_halves, also_correct=[_by_index, _filled_float32], wrong=[
     Wrong("hard_coded", lambda w, n_heads: torch.zeros_like(w)),
     Wrong("unchanged", lambda w, n_heads: w.clone(), key="unchanged"),
     Wrong("inverse", _halves_to_interleaved, key="inverse"),
@@ -146,6 +161,8 @@ ROPE = Case(check_interleaved_to_halves, ref_interleaved_to_halves, also_correct
     Wrong("in_place", _in_place, key="in_place"),
     Wrong("transposed", lambda w, n_heads: ref_interleaved_to_halves(w, n_heads).T, key="shape"),
     Wrong("sign_flipped", _sign_flipped, key="values"),
+    Wrong("scales_by_call_order", _scales_by_call_order(), key="not_permutation"),
+    Wrong("negated", lambda w, n_heads: -ref_interleaved_to_halves(w, n_heads), key="not_permutation"),
 ])
 
 

@@ -68,6 +68,26 @@ def _previous_only(prompts, b):
                for i, p in enumerate(prompts))
 
 
+def _stop_at_first_miss(prompts, b, seen):
+    total = 0
+    for i, p in enumerate(prompts):
+        n = 0
+        while n < (len(p) - 1) // b and seen(prompts[:i], n, p[n * b:(n + 1) * b]):
+            n += 1
+        total += -(-len(p) // b) - n
+    return total
+
+
+def _content_anywhere(prompts, b):  # 块的内容在先前任何位置出现过就算共用（一位攻击者的写法）
+    return _stop_at_first_miss(prompts, b, lambda earlier, j, blk: any(
+        blk == q[k * b:(k + 1) * b] for q in earlier for k in range(len(q) // b)))
+
+
+def _mixed_prefixes(prompts, b):  # 每一块可以各自来自不同的先前提示
+    return _stop_at_first_miss(prompts, b, lambda earlier, j, blk: any(
+        len(q) >= (j + 1) * b and blk == q[j * b:(j + 1) * b] for q in earlier))
+
+
 def _uses_block_manager(prompts, block_size):  # 让真的块管理器去数：对，但绕过了推导
     manager = BlockManager(num_blocks=1000, block_size=block_size)
     for i, p in enumerate(prompts):
@@ -83,6 +103,8 @@ PREFIX = Case(check_prefix_cache_blocks, ref_prefix_cache_blocks, returns="int",
     Wrong("partial_blocks", _partial_blocks, key="partial_block"),
     Wrong("by_block_content", _by_block_content, key="block_content"),
     Wrong("previous_only", _previous_only, key="previous_only"),
+    Wrong("content_anywhere", _content_anywhere, key="content_anywhere"),
+    Wrong("mixed_prefixes", _mixed_prefixes, key="mixed_prefixes"),
     Wrong("uses_block_manager", _uses_block_manager, key="library_call"),
 ])
 

@@ -66,6 +66,14 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def _shared_by(p: list[int], b: int, seen) -> int:
+    """从第 0 块起，``seen(j, 第 j 块的词元)`` 为真的块一直共用到第一次为假（至多 ⌊(L−1)/b⌋ 块）。"""
+    n = 0
+    while n < (len(p) - 1) // b and seen(n, tuple(p[n * b:(n + 1) * b])):
+        n += 1
+    return n
+
+
 def _prefix_variants(prompts: list[list[int]], b: int) -> list[tuple[str, str, int]]:
     """几种错误的规则各会得到多少块（检查器据此给提示）。"""
     def total(shared_blocks) -> int:
@@ -88,13 +96,22 @@ def _prefix_variants(prompts: list[list[int]], b: int) -> list[tuple[str, str, i
         ("block_content", "共用按**整段前缀**查找，不是按单独一块的内容：一块只有在它前面的所有块也相同时才能共用"
          "（同样几个字，前文不同，算出的 K/V 也不同）",
          total(lambda i, p: min((len(p) - 1) // b, best(i, p, same_blocks)))),
+        ("content_anywhere", "块不是按内容查找的：同样几个字出现在另一条提示的别的位置（或同一位置但前文不同），算出的 K/V 都不同。"
+         "登记的键是从开头到这一块末尾的整段词元",
+         total(lambda i, p: _shared_by(p, b, lambda j, blk: any(blk == tuple(q[k * b:(k + 1) * b])
+                                                               for q in prompts[:i] for k in range(len(q) // b))))),
+        ("mixed_prefixes", "前缀不能东拼西凑：第 0 块与一条提示相同、第 1 块与另一条相同，合起来的这段前缀谁也没算过。"
+         "共用的几块必须来自同一条先前提示的同一段开头",
+         total(lambda i, p: _shared_by(p, b, lambda j, blk: any(blk == tuple(q[j * b:(j + 1) * b])
+                                                               for q in prompts[:i] if len(q) >= (j + 1) * b)))),
         ("previous_only", "不只和紧挨着的前一条比：先前接纳的任何一条提示登记过的前缀块都能共用",
          total(lambda i, p: min((len(p) - 1) // b, _common_prefix(p, prompts[i - 1]) // b) if i else 0)),
     ]
 
 
 def _prefix_cases(g: torch.Generator, i: int) -> tuple[list[list[int]], int]:
-    """第 0–3 组是专门设计的（完全相同的提示、前文不同而某一块相同、没写满的相同开头、与更早的一条共用得更多），其余随机。"""
+    """第 0–5 组是专门设计的（完全相同的提示、前文不同而某一块相同、没写满的相同开头、与更早的一条共用得更多、
+    同样的内容换了位置、两条提示的块拼成的前缀），其余随机。"""
     b = draw_choice(g, (2, 3, 4, 8))
 
     def tokens(n: int) -> list[int]:
@@ -112,6 +129,13 @@ def _prefix_cases(g: torch.Generator, i: int) -> tuple[list[list[int]], int]:
     if i == 3:  # 第三条与第一条共用两块、与紧挨着的第二条只共用一块
         first, a, c = tokens(b), tokens(b), tokens(b)
         return [first + a + tokens(1), first + c + tokens(1), first + a + tokens(2)], b
+    if i == 4:  # 第一条第 1 块的内容，正是第二条的第 0 块
+        a, c = tokens(b), tokens(b)
+        return [tokens(b) + a + tokens(1), a + c + tokens(1)], b
+    if i == 5:  # 第三条的第 0 块同第一条、第 1 块同第二条：拼起来的前缀谁也没算过
+        a, c, d, e = tokens(b), tokens(b), tokens(b), tokens(b)
+        c[0], d[0], e[0] = a[0] + 1, a[0] + 2, a[0] + 3  # 各块开头互不相同：相同的开头只有整块 a
+        return [a + c + tokens(1), d + e + tokens(1), a + e + tokens(1)], b
     stems = [tokens(draw_int(g, 1, 3 * b)) for _ in range(2)]
     prompts = []
     for _ in range(draw_int(g, 2, 5)):
@@ -128,7 +152,7 @@ def check_prefix_cache_blocks(fn: Callable[..., Any], *, verbose: bool = True) -
 
     def cases(f):
         rows = []
-        for i, g in enumerate(random_cases(8, seed=131)):
+        for i, g in enumerate(random_cases(10, seed=131)):
             prompts, b = _prefix_cases(g, i)
             want = _measured_prefix_blocks(prompts, b)
             shown = [len(p) for p in prompts]
@@ -136,23 +160,22 @@ def check_prefix_cache_blocks(fn: Callable[..., Any], *, verbose: bool = True) -
             variants = [Variant(key, f"{call} 实测占 {want} 块。{hint}", value)
                         for key, hint, value in _prefix_variants(prompts, b)]
             rows.append((call, want, variants, f([list(p) for p in prompts], b)))
-        # 一个错误规则在某一组里可能碰巧与另一种同值：只给在*每一组*答错处都吻合的那种错误的提示
+        # 一个错误规则在某一组里可能碰巧与另一种同值：只给在*每一组*都与读者的答案吻合的那种规则的提示
+        # （读者答对的组里，那种规则也必须给出对的数）
         consistent = None
         for call, want, variants, raw in rows:
             try:
                 got = as_number(raw, call)
             except Mistake:
                 continue
-            if got == want:
-                continue
-            keys = {v.key for v in variants if v.value != want and got == v.value}
+            keys = {v.key for v in variants if got == v.value}
             consistent = keys if consistent is None else consistent & keys
         for call, want, variants, raw in rows:
             compare_number(as_int(raw, f"{call} 的返回值"), want,
                            variants=[v for v in variants if v.value != want and v.key in (consistent or ())],
                            what=f"{call} 的返回值", default_hint=f"{call} 实测占 {want} 块")
 
-    return run_checks("前缀缓存下一共占几块", fn, [("8 组提示（4 组专门设计、4 组随机）与块大小", cases)],
+    return run_checks("前缀缓存下一共占几块", fn, [("10 组提示（6 组专门设计、4 组随机）与块大小", cases)],
                       verbose=verbose, forbidden=_cache_answers(), trace_forbidden=True)
 
 
