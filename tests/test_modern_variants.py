@@ -15,6 +15,7 @@ from tformer_lib.modern_variants import (
     kv_cache_bytes_per_token,
     load_variant_results,
     run_variant_comparison,
+    run_warmup_ablation,
     variant_config,
 )
 from tformer_lib.model import count_parameters
@@ -84,3 +85,16 @@ def test_shipped_warmup_ablation_changes_only_the_warmup():
         assert sorted(x["seed"] for x in runs) == r["settings"]["seeds"]
         assert all(x["evals"][-1]["step"] == r["settings"]["training"]["steps"] for x in runs)
         assert arm in VARIANT_LABELS
+
+
+@pytest.mark.parametrize("seeds", [(), 5, (True,), ("0",)])
+def test_warmup_ablation_refuses_bad_seeds_before_training(seeds):
+    with pytest.raises(ValueError, match="seeds"):
+        run_warmup_ablation(seeds=seeds)
+
+
+def test_loading_a_file_that_is_not_a_comparison_names_what_is_missing(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text('{"runs": []}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"缺 \['arms', 'settings'\]"):
+        load_variant_results(path)

@@ -108,3 +108,24 @@ def test_variant_costs_refuses_bad_rounds(rounds, match):
     arms["rope"]["tokens_per_second_rounds"] = rounds
     with pytest.raises(ValueError, match=match):
         plot_variant_costs(arms)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: a["rope"].update(tokens_per_second=True), r"arms\['rope'\]\['tokens_per_second'\]"),
+    (lambda a: a["rope"].update(parameters=-1), "非负"),
+    (lambda a: a["rope"].update(kv_bytes_per_token=float("nan")), "有限"),
+    (lambda a: a["rope"].pop("tokens_per_second"), "缺"),
+    (lambda a: a.update(rope=5), "rope"),
+])
+def test_variant_costs_names_the_arm_and_field(change, match):
+    arms = _results()["arms"]
+    change(arms)
+    with pytest.raises(ValueError, match=match):
+        plot_variant_costs(arms)
+
+
+def test_variant_costs_refuses_non_mappings():
+    with pytest.raises(ValueError, match="arms 应是非空的字典"):
+        plot_variant_costs(None)
+    with pytest.raises(TypeError, match="labels"):
+        plot_variant_costs(_results()["arms"], ["A", "B"])

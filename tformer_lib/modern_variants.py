@@ -187,6 +187,9 @@ def run_warmup_ablation(seeds=(0, 1), verbose: bool = False) -> dict:
 
     返回 ``{"runs": [...], "warmup_arms": {...}}``；与结果文件里预热 20 步的同名结构组对照。
     """
+    seeds = list(seeds) if isinstance(seeds, (list, tuple)) else seeds
+    if not isinstance(seeds, list) or not seeds or any(isinstance(x, bool) or not isinstance(x, int) for x in seeds):
+        raise ValueError(f"seeds 应是非空的整数列表或元组，收到 {seeds!r}")
     data = poem_data()
     specs = {arm: (structure, {**VARIANT_TRAINING, **change}) for arm, (structure, change) in WARMUP_ARMS.items()}
     runs = _train_runs(specs, seeds, data, verbose)
@@ -225,9 +228,15 @@ def _machine_record(command: str, start: float) -> dict:
     }
 
 
+def _command(flag: str, path: Path) -> str:
+    """写进结果文件的生成命令：写到随包的结果文件时就是模块的命令行，写到别处时注明路径。"""
+    command = f"python -m tformer_lib.modern_variants {flag}"
+    return command if Path(path).resolve() == VARIANT_RESULTS else f"{command}（结果文件 {path}）"
+
+
 def _write_json(result: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(path.name + ".tmp")  # 同一目录下的临时文件，写完再改名（目标本身以 .tmp 结尾也不冲突）
     tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
@@ -261,7 +270,7 @@ def remeasure_variant_speed(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
                                     result["settings"]["training"]["batch_size"])
     finally:
         torch.set_num_threads(previous)
-    result["speed_produced_by"] = _machine_record("python -m tformer_lib.modern_variants --speed-only", start)
+    result["speed_produced_by"] = _machine_record(_command("--speed-only", path), start)
     return _write_json(result, path)
 
 
@@ -279,7 +288,7 @@ def add_warmup_runs(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
         torch.set_num_threads(previous)
     result["runs"] = [r for r in result["runs"] if r["arm"] not in WARMUP_ARMS] + ablation["runs"]
     result["settings"]["warmup_arms"] = ablation["warmup_arms"]
-    result["warmup_produced_by"] = _machine_record("python -m tformer_lib.modern_variants --warmup-only", start)
+    result["warmup_produced_by"] = _machine_record(_command("--warmup-only", path), start)
     return _write_json(result, path)
 
 
@@ -288,7 +297,11 @@ def load_variant_results(path: str | os.PathLike = VARIANT_RESULTS) -> dict:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"找不到对比结果文件 {path}；用 python -m tformer_lib.modern_variants 生成")
-    return json.loads(path.read_text(encoding="utf-8"))
+    result = json.loads(path.read_text(encoding="utf-8"))
+    missing = [k for k in ("runs", "arms", "settings") if not isinstance(result, dict) or k not in result]
+    if missing:
+        raise ValueError(f"{path} 不是 python -m tformer_lib.modern_variants 写的结果文件：缺 {missing}")
+    return result
 
 
 if __name__ == "__main__":  # pragma: no cover - 维护者脚本

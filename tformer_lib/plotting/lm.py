@@ -148,12 +148,23 @@ def plot_variant_costs(arms: Mapping[str, Mapping[str, float]], labels: Mapping[
 
     某组给出 ``tokens_per_second_rounds``（各轮计时的吞吐）时，吞吐柱上画出各轮的最小到最大作误差线。
     """
-    if not arms:
-        raise ValueError("arms 为空")
-    labels = dict(labels or {})
-    names = [labels.get(a, a) for a in arms]
     metrics = [("parameters", "参数量", "{:,.0f}"), ("kv_bytes_per_token", "K/V 缓存（字节/词元）", "{:,.0f}"),
                ("tokens_per_second", "训练吞吐（tokens/s）", "{:,.0f}")]
+    if not isinstance(arms, Mapping) or not arms:
+        raise ValueError(f"arms 应是非空的字典（组名 → 这一组的代价），收到 {arms!r:.60}")
+    for arm, row in arms.items():
+        missing = [key for key, _, _ in metrics if not isinstance(row, Mapping) or key not in row]
+        if missing:
+            raise ValueError(f"arms[{arm!r}] 应是含 {[key for key, _, _ in metrics]} 的字典，缺 {missing}（收到 {row!r:.60}）")
+        for key, _, _ in metrics:
+            value = row[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(value) or value < 0:
+                raise ValueError(f"arms[{arm!r}][{key!r}] 应是有限的非负数，收到 {value!r}")
+    if labels is not None and not isinstance(labels, Mapping):
+        raise TypeError(f"labels 应是字典（组名 → 图上的名字）或 None，收到 {type(labels).__name__}")
+    labels = dict(labels or {})
+    names = [labels.get(a, a) for a in arms]
     fig = blank_figure((11.0, 0.36 * len(arms) + 1.4))
     axes = fig.subplots(1, 3, squeeze=False)
     y = np.arange(len(arms))
@@ -169,8 +180,12 @@ def plot_variant_costs(arms: Mapping[str, Mapping[str, float]], labels: Mapping[
                     raise ValueError(f"arms[{a!r}]['tokens_per_second_rounds'] 应是非空的一串数，收到形状 {r.shape}")
             low = np.array([r.min() for r in rounds])
             high = np.array([r.max() for r in rounds])
-            if ((low > values) | (high < values)).any():
-                raise ValueError("tokens_per_second 应落在各轮吞吐 tokens_per_second_rounds 的最小与最大之间")
+            for a, lo, hi, v in zip(arms, low, high, values):
+                if not lo <= v <= hi:
+                    raise ValueError(f"arms[{a!r}]['tokens_per_second']={v:g} 应落在各轮吞吐 tokens_per_second_rounds 的"
+                                     f"最小与最大之间（{lo:g}–{hi:g}）")
+                if lo < 0:
+                    raise ValueError(f"arms[{a!r}]['tokens_per_second_rounds'] 应是非负数，最小的是 {lo:g}")
             ax.errorbar(values, y, xerr=np.stack([values - low, high - values]), fmt="none", ecolor="#333333",
                         elinewidth=1.0, capsize=3)
             right = high
