@@ -82,6 +82,12 @@ def test_benchmark_records_spreads_bytes_and_the_bytes_ratio():
     assert len(fig.axes) == 2
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["MHA（h_kv=4）", "GQA（h_kv=2）", "MQA（h_kv=1）"]
+    # 左图的竖线是上下四分位（不是最小到最大），纵轴是对数刻度
+    left = fig.axes[0]
+    ends = sorted(y for coll in left.collections for seg in coll.get_segments() for y in (seg[0][1], seg[1][1]))
+    q = sorted(v[k] * 1e3 for row in result["rows"] for v in row["variants"].values() for k in ("q1", "q3"))
+    assert ends == pytest.approx(q)
+    assert left.get_yscale() == "log"
 
 
 def test_plot_gqa_decode_names_what_is_missing():

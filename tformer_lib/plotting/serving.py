@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib
 import numpy as np
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from tformer_lib.plotting._common import blank_figure, finite_array, finite_number, new_figure
 from tformer_lib._checks import positive_ints
@@ -349,7 +350,8 @@ def kv_head_label(n_kv_heads: int, n_heads: int) -> str:
 def plot_gqa_decode(result: Mapping, *, title: str | None = None):
     """GQA 解码测量（:func:`~tformer_lib.serving.gqa_decode.gqa_decode_benchmark` 的结果，或读出的结果文件）的两个面板：
 
-    左：每种 K/V 头数解码一步的毫秒数随缓存长度变化（点 = 中位数，粗竖线 = 四分位范围，细竖线 = 最小到最大）；
+    左：每种 K/V 头数解码一步的毫秒数随缓存长度变化（点 = 中位数，竖线 = 上下四分位；对数纵轴）。不画最小到最大：
+    机器上有别的任务时，个别轮次会慢上十几倍，那样的竖线会把中位数压扁在图底；
     右：相对 MHA 的逐轮耗时比（中位数与四分位范围）与屋顶线的预测（搬动字节之比，虚线）。
     """
     if not isinstance(result, Mapping):
@@ -361,8 +363,8 @@ def plot_gqa_decode(result: Mapping, *, title: str | None = None):
     kv_heads = result.get("kv_heads")
     if not isinstance(n_heads, int) or not isinstance(kv_heads, Sequence) or not kv_heads:
         raise ValueError("result 应含 'model'['n_heads'] 与非空的 'kv_heads'")
-    need = ("median", "q1", "q3", "min", "max", "ratio_to_base", "predicted_ratio_to_base")
-    contexts, data = [], {h: {k: [] for k in (*need[:5], "r_med", "r_q1", "r_q3", "pred")} for h in kv_heads}
+    need = ("median", "q1", "q3", "ratio_to_base", "predicted_ratio_to_base")
+    contexts, data = [], {h: {k: [] for k in (*need[:3], "r_med", "r_q1", "r_q3", "pred")} for h in kv_heads}
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping) or "context" not in row or not isinstance(row.get("variants"), Mapping):
             raise ValueError(f"result['rows'][{i}] 应含 'context' 与 'variants'")
@@ -371,7 +373,7 @@ def plot_gqa_decode(result: Mapping, *, title: str | None = None):
             v = row["variants"].get(str(h))
             if not isinstance(v, Mapping) or any(k not in v for k in need):
                 raise ValueError(f"result['rows'][{i}]['variants']['{h}'] 缺少字段（应含 {list(need)}）")
-            for k in need[:5]:
+            for k in need[:3]:
                 data[h][k].append(finite_number(v[k], f"result['rows'][{i}]['variants']['{h}']['{k}']") * 1e3)
             for k, key in (("r_med", "median"), ("r_q1", "q1"), ("r_q3", "q3")):
                 data[h][k].append(finite_number(v["ratio_to_base"][key],
@@ -386,16 +388,24 @@ def plot_gqa_decode(result: Mapping, *, title: str | None = None):
         label = kv_head_label(int(h), n_heads)
         color = _KV_LABELS[label[:3]]
         shift = x * (1 + 0.04 * (j - 1))  # 各组稍微错开，竖线不互相遮挡
-        left.vlines(shift, d["min"], d["max"], color=color, lw=0.8, alpha=0.5)
-        left.vlines(shift, d["q1"], d["q3"], color=color, lw=3, alpha=0.8)
-        left.plot(shift, d["median"], "o-", color=color, ms=4, label=label)
+        left.vlines(shift, d["q1"], d["q3"], color=color, lw=3, alpha=0.8)  # 上下四分位
+        left.plot(shift, d["median"], "o-", color=color, ms=4, label=label)  # 中位数
         if j:
             right.vlines(shift, d["r_q1"], d["r_q3"], color=color, lw=3, alpha=0.8)
             right.plot(shift, d["r_med"], "o-", color=color, ms=4, label=f"{label} 实测（中位数与四分位）")
             right.plot(x, d["pred"], "x--", color=color, ms=7, alpha=0.8, label=f"{label} 字节之比（屋顶线的预测）")
     right.axhline(1.0, color="#333333", lw=0.8)
-    left.set_ylabel("解码一步（毫秒）")
-    left.set_title(f"解码一步的耗时（B={result.get('batch')}，{result.get('rounds')} 轮交替）", fontsize=10)
+    left.set_ylabel("解码一步（毫秒，对数刻度）")
+    left.set_yscale("log")
+    low = min(min(data[h]["q1"]) for h in kv_heads)
+    high = max(max(data[h]["q3"]) for h in kv_heads)
+    ticks = [t for t in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if low / 2 <= t <= high * 2]
+    if ticks:  # 对数刻度上标几个整齐的毫秒数，不用 10 的幂次记法
+        left.set_yticks(ticks)
+    left.yaxis.set_major_formatter(ScalarFormatter())
+    left.yaxis.set_minor_formatter(NullFormatter())
+    left.set_title(f"解码一步的耗时（B={result.get('batch')}，{result.get('rounds')} 轮交替）\n"
+                   "点 = 中位数，竖线 = 上下四分位", fontsize=10)
     right.set_ylabel("÷ MHA")
     right.set_ylim(0, 1.1)
     right.set_title("相对 MHA：实测耗时比 vs 搬动字节之比", fontsize=10)

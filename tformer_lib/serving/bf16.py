@@ -4,10 +4,11 @@
 bf16（``model.to(torch.bfloat16)``，:func:`bf16_copy`）：引擎的分页缓存按模型参数的 dtype 建存储，于是每块的
 字节、整个缓存占用的字节都减半——这些是**确定**的，与机器无关（测试核对）。
 
-输出变了多少却与机器有关：bf16 矩阵乘法在不同的 CPU 指令集（``ATEN_CPU_CAPABILITY=avx2``、``default``、本机的
-AVX-512，它有原生的 bf16 点积指令）下累加与舍入的方式不同，贪心选出的词元也就可能不同。所以这些数只放进结果文件，
-每条“指令集通道”各测一份：``python -m tformer_lib.serving.bf16 --out tformer_lib/results/bf16_serving.json``
-在三个子进程里（各设好环境变量）各跑一遍 :func:`compare_bf16`。
+输出变了多少却与机器有关：PyTorch 按 CPU 指令集挑选 bf16 矩阵乘法的内核，不同的内核累加与舍入的方式不同，
+贪心选出的词元也就可能不同。所以这些数只放进结果文件，每条“指令集通道”各测一份（:data:`LANES`：子进程设好
+``ATEN_CPU_CAPABILITY`` 与 ``ONEDNN_MAX_CPU_ISA`` 两个环境变量，``avx2``、``default``，或两个都不设、用测量机自己
+支持的最高指令集）：``python -m tformer_lib.serving.bf16 --out tformer_lib/results/bf16_serving.json``
+在三个子进程里各跑一遍 :func:`compare_bf16`。
 
 度量（:func:`compare_bf16`，负载是第 13 章结果文件 ``serving.json`` 的那份 96 个请求）：
 
@@ -43,7 +44,7 @@ MODULE = "tformer_lib.serving.bf16"
 RESULTS_PATH = Path(__file__).resolve().parent.parent / "results" / "bf16_serving.json"
 #: 重新生成随包结果文件的命令（写进文件里）
 COMMAND = f"python -m {MODULE} --out tformer_lib/results/bf16_serving.json"
-#: 指令集通道 → 子进程的环境变量（None = 删掉这个变量，用本机的能力）
+#: 指令集通道 → 子进程的环境变量（None = 删掉这个变量，用这台机器自己的能力）
 LANES = {
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
     "default": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"},

@@ -14,7 +14,7 @@ r"""分组查询注意力（GQA）在解码时省下多少时间：同一个模�
   = max(FLOPs ÷ 峰值, 字节 ÷ 带宽)，峰值与带宽在同一次运行里现测
   （:func:`~tformer_lib.profiling.matmul_peak_flops`、:func:`~.roofline.measure_memory_bandwidth`）。
 
-大小的选择（在本机 2 核、1 线程上量过）：``d_model=512``、8 个头、4 块、``B=4``、``T`` 到 2048——这时 MHA 的 K/V
+大小的选择（在测量机 2 核、1 线程上量过）：``d_model=512``、8 个头、4 块、``B=4``、``T`` 到 2048——这时 MHA 的 K/V
 字节从权重的零头涨到权重的两倍多。一层的 K（或 V）张量 ``(B, h_kv, T, d_k)`` 保持在 32 MiB 以下：
 ``LMCache`` 每步用 ``torch.cat`` 新建一份缓存，超过 32 MiB 的分配由 glibc 直接向系统要新页（mmap），每步都要
 缺页、清零，MHA 在 ``B=8, T=2048``（33.6 MB）时一步慢了约 5 倍，这是分配器的台阶，不是带宽。
