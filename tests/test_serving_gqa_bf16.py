@@ -163,3 +163,46 @@ def test_bf16_main_refuses_an_unknown_lane(capsys):
     with pytest.raises(SystemExit) as exit_info:
         bf16_main(["--lanes", "avx2,avx9000"])
     assert exit_info.value.code == 2 and "avx9000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(kv_heads=(4, 4, 2)), "重复"), (dict(contexts=(8, 8)), "重复"), (dict(warmup=-1), "warmup"),
+    (dict(kv_heads=4), "kv_heads"), (dict(contexts=()), "contexts"),
+])
+def test_benchmark_refuses_bad_sweeps_before_timing(kwargs, match):
+    args = dict(kv_heads=(4, 2), contexts=(8,), n_heads=4, d_model=32, n_layers=1, rounds=2, warmup=0, batch=1, log=None)
+    with pytest.raises((ValueError, TypeError), match=match):
+        gqa_decode_benchmark(**{**args, **kwargs})
+
+
+def test_decode_step_refuses_a_cache_of_another_shape():
+    model = tiny_decode_model(2)
+    with pytest.raises(ValueError, match="cache"):
+        decode_step(model, None)
+    with pytest.raises(ValueError, match="K/V 头"):
+        decode_step(model, filled_cache(tiny_decode_model(4), 1, 8))
+    with pytest.raises(TypeError, match="seed"):
+        filled_cache(model, 1, 8, seed=True)
+    with pytest.raises(TypeError, match="model"):
+        filled_cache("x", 1, 8)
+
+
+def test_teacher_forced_agreement_checks_its_inputs():
+    model = tiny_lm()
+    half = bf16_copy(model)
+    with pytest.raises(ValueError, match=r"prompts\[0\]"):
+        teacher_forced_agreement(model, half, [[]], [[3, 4]])
+    with pytest.raises(ValueError, match=r"outputs\[0\]"):
+        teacher_forced_agreement(model, half, [[3, 4]], [[400]])
+    with pytest.raises(ValueError, match="没有可比较的位置"):
+        teacher_forced_agreement(model, half, [], [])
+    with pytest.raises(ValueError, match="全部"):
+        teacher_forced_agreement(model, half, [[3]], [[4]], suppress_ids=range(40))
+
+
+def test_compare_bf16_needs_a_float32_model_and_work():
+    model = tiny_lm()
+    with pytest.raises(ValueError, match="float32"):
+        compare_bf16(bf16_copy(model), tiny_items(), eos_id=None)
+    with pytest.raises(ValueError, match="items"):
+        compare_bf16(model, [], eos_id=None)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
+import numbers
 import os
 import subprocess
 import sys
@@ -34,6 +35,7 @@ import torch
 from torch import nn
 
 from ..specials import BOS, EOS, PAD
+from .._checks import check_suppress_ids
 from ._validate import check_model
 from .engine import Engine
 
@@ -66,7 +68,7 @@ def bf16_copy(model: nn.Module) -> nn.Module:
 
 def serve(model: nn.Module, items, *, max_batch: int = 16, eos_id: int | None = EOS, block_size: int = 16):
     """把 ``items``（:class:`~.workload.WorkItem` 列表）一次全部交给一个新引擎（到达时刻都记 0），跑完；
-    返回 ``(每个请求的输出词元列表, 引擎)``。"""
+    返回 ``(每个请求的输出词元列表, 引擎)``。与 :class:`~.engine.Engine` 一样，``model`` 被切到 eval 模式。"""
     engine = Engine(model, max_batch=max_batch, eos_id=eos_id, block_size=block_size)
     requests = [engine.add_request(list(it.prompt), it.max_new_tokens, arrival=0.0) for it in items]
     engine.run()
@@ -81,8 +83,16 @@ def teacher_forced_agreement(reference: nn.Module, other: nn.Module, prompts, ou
     logits 最大绝对值（``max_abs_logit``，差的参照）。``positions``：比较了多少个位置。"""
     check_model("reference", reference)
     check_model("other", other)
+    vocab = reference.config.vocab_size
+    if other.config.vocab_size != vocab:
+        raise ValueError(f"reference 与 other 的词表应一样大，收到 {vocab} 与 {other.config.vocab_size}")
+    prompts = [_ids(f"prompts[{i}]", p, vocab, allow_empty=False) for i, p in enumerate(_sequence("prompts", prompts))]
+    outputs = [_ids(f"outputs[{i}]", o, vocab, allow_empty=True) for i, o in enumerate(_sequence("outputs", outputs))]
     if len(prompts) != len(outputs):
         raise ValueError(f"prompts 与 outputs 应一样多，收到 {len(prompts)} 与 {len(outputs)}")
+    suppress_ids = check_suppress_ids(suppress_ids, vocab)
+    if len(set(suppress_ids)) >= vocab:
+        raise ValueError(f"suppress_ids 屏蔽了全部 {vocab} 个词元：没有可比较的 argmax")
     same = total = 0
     max_diff = max_logit = 0.0
     for prompt, output in zip(prompts, outputs):
@@ -98,8 +108,30 @@ def teacher_forced_agreement(reference: nn.Module, other: nn.Module, prompts, ou
         b[:, list(suppress_ids)] = float("-inf")
         same += int((a.argmax(-1) == b.argmax(-1)).sum())
         total += a.shape[0]
-    return {"positions": total, "top1_agreement": same / total if total else 1.0,
+    if total == 0:
+        raise ValueError("outputs 全是空的：没有可比较的位置")
+    return {"positions": total, "top1_agreement": same / total,
             "max_abs_logit_diff": max_diff, "max_abs_logit": max_logit}
+
+
+def _sequence(name: str, values) -> list:
+    if isinstance(values, (str, bytes, torch.Tensor)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{name} 应是词元 id 列表组成的列表，收到 {type(values).__name__}")
+    return list(values)
+
+
+def _ids(name: str, ids, vocab: int, *, allow_empty: bool) -> list[int]:
+    """一条词元 id 序列（列表、元组或一维张量）：整数（不是 bool）、在 ``[0, vocab)`` 内。"""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist() if ids.dim() == 1 else ids
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple)):
+        raise TypeError(f"{name} 应是词元 id 的列表，收到 {type(ids).__name__}")
+    if not ids and not allow_empty:
+        raise ValueError(f"{name} 是空的：提示至少要有一个词元")
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < vocab:
+            raise ValueError(f"{name} 里应是 [0, {vocab}) 内的整数 id，收到 {t!r}")
+    return [int(t) for t in ids]
 
 
 def _prefix_match(a: list[int], b: list[int]) -> int:
@@ -112,11 +144,18 @@ def _prefix_match(a: list[int], b: list[int]) -> int:
 
 
 def compare_bf16(model: nn.Module, items, *, max_batch: int = 16, eos_id: int | None = EOS) -> dict:
-    """fp32 的 ``model`` 与它的 bf16 副本各用一个引擎服务同一份负载 ``items``；返回字节与输出的比较（见模块说明）。"""
+    """fp32 的 ``model`` 与它的 bf16 副本各用一个引擎服务同一份负载 ``items``（非空）；返回字节与输出的比较（见模块说明）。
+
+    ``model`` 必须是 float32（否则报错）；它会被切到 eval 模式。"""
     from ..lm.generate import generate
 
     check_model("model", model)
-    model.eval()
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:
+        raise ValueError(f"model 应是 float32 的模型（比较的基准；bf16 副本由这里生成），收到 {dtype}")
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__len__") or len(items) == 0:
+        raise ValueError(f"items 应是非空的 WorkItem 列表，收到 {items!r:.60}")
+    model.eval()  # 服务用 eval 模式（与 Engine 相同）：调用者的模型也被切到 eval
     half = bf16_copy(model)
     out32, engine32 = serve(model, items, max_batch=max_batch, eos_id=eos_id)
     out16, engine16 = serve(half, items, max_batch=max_batch, eos_id=eos_id)

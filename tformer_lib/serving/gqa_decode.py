@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from .._checks import positive_int
+from .._checks import positive_int, positive_ints
+from ._validate import check_model, non_negative_int
 from ..lm.cache import LMCache
 from ..lm.config import LMConfig
 from ..lm.model import make_lm
@@ -66,8 +67,10 @@ def filled_cache(model, batch: int, context: int, seed: int = 0) -> LMCache:
 
     与预填充 ``context`` 个词元之后的缓存形状、dtype 相同（测试核对），内容是随机数——解码一步的耗时与它无关。
     """
+    check_model("model", model)
     positive_int("batch", batch)
     positive_int("context", context)
+    non_negative_int("seed", seed)
     c = model.config
     if context >= c.max_len:
         raise ValueError(f"context={context} 应小于 max_len={c.max_len}：还要留一个位置给新词元")
@@ -86,6 +89,13 @@ def decode_step(model, cache: LMCache, seed: int = 0):
 
     每次调用做的是同一步：缓存长度、新词元都不变（计时可以反复调用）。返回的函数本身返回 logits ``(B, 1, V)``。
     """
+    check_model("model", model)
+    non_negative_int("seed", seed)
+    if not isinstance(cache, LMCache) or len(cache.layers) != len(model.blocks) or cache.layers[0].k is None:
+        raise ValueError(f"cache 应是这个模型已经存了位置的 LMCache（如 filled_cache(model, …)），收到 {type(cache).__name__}")
+    if cache.layers[0].k.shape[1] != model.config.kv_heads:
+        raise ValueError(f"cache 每层存 {cache.layers[0].k.shape[1]} 个 K/V 头，模型有 {model.config.kv_heads} 个："
+                         "用同一个模型的 filled_cache")
     length = len(cache)
     batch = cache.layers[0].k.shape[0]
     gen = torch.Generator().manual_seed(seed)
@@ -118,12 +128,14 @@ def gqa_decode_benchmark(*, kv_heads: Sequence[int] = (8, 2, 1), contexts: Seque
     from ..benchmarking import interleaved_samples, machine_info, ratio_summary
     from ..profiling import matmul_peak_flops
 
-    kv_heads = [positive_int("kv_heads 里的值", h) for h in kv_heads]
-    contexts = [positive_int("contexts 里的值", t) for t in contexts]
+    kv_heads = positive_ints("kv_heads", kv_heads)
+    contexts = positive_ints("contexts", contexts)
+    for name, values in (("kv_heads", kv_heads), ("contexts", contexts)):
+        if len(set(values)) != len(values):
+            raise ValueError(f"{name} 里不能有重复的值（每个值一组结果），收到 {values}")
     positive_int("batch", batch)
     positive_int("rounds", rounds)
-    if not kv_heads or not contexts:
-        raise ValueError("kv_heads 与 contexts 都不能为空")
+    non_negative_int("warmup", warmup)
     machine = machine_info()
     configs = {h: decode_config(h, n_heads=n_heads, d_model=d_model, n_layers=n_layers,
                                 max_len=max(max(contexts) + 1, 128)) for h in kv_heads}
