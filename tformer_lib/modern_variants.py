@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -215,6 +216,17 @@ def run_variant_comparison(arms=tuple(VARIANT_ARMS), seeds=(0, 1), steps: int | 
                                                       "arms": list(arms)}}
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """在单线程下运行（结果文件里的训练与计时都是单线程），结束后恢复原来的线程数。"""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def _machine_record(command: str, start: float) -> dict:
     return {
         "command": command,
@@ -244,13 +256,9 @@ def _write_json(result: dict, path: Path) -> Path:
 
 def write_variant_results(path: str | os.PathLike = VARIANT_RESULTS, **kwargs) -> Path:
     """（维护者用）单线程运行 :func:`run_variant_comparison`，连同机器信息写成 JSON（先写临时文件再改名）。"""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
     start = time.perf_counter()
-    try:
+    with _one_thread():
         result = run_variant_comparison(**kwargs)
-    finally:
-        torch.set_num_threads(previous)
     result["produced_by"] = _machine_record("python -m tformer_lib.modern_variants", start)
     result["speed_produced_by"] = result["produced_by"]
     return _write_json(result, Path(path))
@@ -261,15 +269,11 @@ def remeasure_variant_speed(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
     吞吐的机器信息单独记在 ``speed_produced_by``。"""
     path = Path(path)
     result = load_variant_results(path)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
     start = time.perf_counter()
-    try:
+    with _one_thread():
         data = poem_data()
         result["arms"] = _cost_rows(result["settings"]["arms"], data["tokenizer"].vocab_size, data["train_blocks"],
                                     result["settings"]["training"]["batch_size"])
-    finally:
-        torch.set_num_threads(previous)
     result["speed_produced_by"] = _machine_record(_command("--speed-only", path), start)
     return _write_json(result, path)
 
@@ -279,13 +283,9 @@ def add_warmup_runs(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
     其余内容原样保留；机器信息记在 ``warmup_produced_by``。"""
     path = Path(path)
     result = load_variant_results(path)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
     start = time.perf_counter()
-    try:
+    with _one_thread():
         ablation = run_warmup_ablation(seeds=result["settings"]["seeds"], verbose=True)
-    finally:
-        torch.set_num_threads(previous)
     result["runs"] = [r for r in result["runs"] if r["arm"] not in WARMUP_ARMS] + ablation["runs"]
     result["settings"]["warmup_arms"] = ablation["warmup_arms"]
     result["warmup_produced_by"] = _machine_record(_command("--warmup-only", path), start)
