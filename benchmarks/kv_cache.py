@@ -1,7 +1,7 @@
 """基准：K/V 缓存（KV cache）让贪心解码快多少。
 
 同一个模型、同一批源句，各生成 50 个词（不在 EOS 处停），分别用缓存与不用缓存，
-在同一次运行中交替测量（计时代码在 :mod:`tformer_lib.benchmarking`）、取逐轮比值的中位数与四分位范围，
+在同一次运行中交替测量（计时代码在 :mod:`tformer_lib.measurement.benchmarking`）、取逐轮比值的中位数与四分位范围，
 并核对两者生成的词元完全相同。
 
 用法：``.venv/bin/python benchmarks/kv_cache.py [--threads 1] [--tokens 50] [--d-model 512] [--layers 6]``
@@ -30,7 +30,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
 
     from tformer_lib import TransformerConfig, make_model, set_seed
-    from tformer_lib.decoding import greedy_decode
+    from tformer_lib.translation.decoding import greedy_decode
 
     set_seed(0)
     cfg = TransformerConfig(args.vocab, args.vocab, d_model=args.d_model, n_heads=args.heads, d_ff=4 * args.d_model,
@@ -39,14 +39,14 @@ def main(argv=None) -> dict:
     model = make_model(cfg).eval()
     src = torch.randint(4, args.vocab, (args.batch, args.src_len))  # (B, S)
 
-    from tformer_lib.benchmarking import interleaved_samples, machine_info, ratio_summary
+    from tformer_lib.measurement.benchmarking import interleaved_samples, machine_info, ratio_summary
 
     outs = {}
 
     def run(use_cache: bool) -> None:
         outs[use_cache] = greedy_decode(model, src, max_len=args.tokens, use_cache=use_cache, stop_at_eos=False)
 
-    # 交替测量（见 tformer_lib.benchmarking）：每轮先有缓存、后无缓存，逐轮得到比值
+    # 交替测量（见 tformer_lib.measurement.benchmarking）：每轮先有缓存、后无缓存，逐轮得到比值
     times = interleaved_samples({"cached": lambda: run(True), "uncached": lambda: run(False)},
                                 rounds=args.repeats, warmup=1)
     same = torch.equal(outs[True], outs[False])

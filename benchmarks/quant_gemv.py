@@ -12,7 +12,7 @@
 - **int8 fused kernel**：PyTorch 自带的 CPU 内核 ``torch._weight_int8pack_mm``（gpt-fast 在 CPU 上用的就是它），
   边读 int8 边乘；分别给它 fp32 与 bf16 的 x（它对两种输入的实现快慢不同，实测见结果）。
 
-同一次运行里交替计时（:func:`tformer_lib.benchmarking.interleaved_samples`），报告中位数与四分位范围；带宽用
+同一次运行里交替计时（:func:`tformer_lib.measurement.benchmarking.interleaved_samples`），报告中位数与四分位范围；带宽用
 :func:`tformer_lib.serving.roofline.measure_memory_bandwidth` 在同一次运行里测（开始与结束各一次），每种做法的
 “屋顶线时间” = 它必须读写的字节 ÷ 带宽。所有做法的输出与反量化权重的矩阵乘法核对一致。
 
@@ -38,8 +38,8 @@ def _summary(samples: list[float]) -> dict:
 
 
 def run(n: int, rounds: int, compile_: bool = True) -> dict:
-    from tformer_lib.benchmarking import interleaved_samples, machine_info, ratio_summary
-    from tformer_lib.profiling import matmul_peak_flops
+    from tformer_lib.measurement.benchmarking import interleaved_samples, machine_info, ratio_summary
+    from tformer_lib.measurement.profiling import matmul_peak_flops
     from tformer_lib.quant import Int8Linear, linear_weight_bytes
     from tformer_lib.serving.roofline import arithmetic_intensity, attainable_flops, measure_memory_bandwidth
 
@@ -135,7 +135,7 @@ def main(argv=None) -> dict:
     if result["compile_seconds"]:
         print("编译耗时：" + "，".join(f"{k} {v:.1f} s" for k, v in result["compile_seconds"].items()))
     if args.out:
-        from tformer_lib.benchmarking import save_results
+        from tformer_lib.measurement.benchmarking import save_results
 
         save_results(result, args.out)
         print(f"写入 {args.out}")

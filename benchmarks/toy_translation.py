@@ -24,8 +24,8 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
 
     from tformer_lib import count_parameters
-    from tformer_lib.decoding import beam_search
-    from tformer_lib.pretrained import TOY_TRAINING, load_or_train_toy_model, load_toy_data
+    from tformer_lib.translation.decoding import beam_search
+    from tformer_lib.translation.pretrained import TOY_TRAINING, load_or_train_toy_model, load_toy_data
     from tformer_lib.training import evaluate
 
     data = load_toy_data()

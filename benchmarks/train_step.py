@@ -1,7 +1,7 @@
 """训练一步（前向 + 反向 + 优化器）的速度：我们的模型（快速注意力路径）vs ``torch.nn.Transformer``；
 另测显式注意力与快速注意力（SDPA）在长度 64–512 上的前向 + 反向耗时。
 
-测量代码在库里（:mod:`tformer_lib.benchmarking`，第 8 章也用它），本脚本只是命令行外壳。
+测量代码在库里（:mod:`tformer_lib.measurement.benchmarking`，第 8 章也用它），本脚本只是命令行外壳。
 同一进程内 A/B 交替测量若干轮，报告逐轮比值的中位数与四分位范围。
 
 用法：python benchmarks/train_step.py [--threads 1] [--rounds 15] [--base] [--out results.json]
@@ -10,7 +10,7 @@
 
 import argparse
 
-from tformer_lib.benchmarking import run_benchmarks, save_results
+from tformer_lib.measurement.benchmarking import run_benchmarks, save_results
 
 
 def main() -> None:

@@ -131,7 +131,7 @@ def serving_steps(requests, vocab: int, context: int, same_memory: dict, batch: 
 
 
 def run(size: str, rounds: int, quick: bool) -> dict:
-    from tformer_lib.benchmarking import interleaved_samples, ratio_summary
+    from tformer_lib.measurement.benchmarking import interleaved_samples, ratio_summary
     from tformer_lib.inference import StaticDecoder
     from tformer_lib.lm import generate
     from tformer_lib.serving import Engine
@@ -241,7 +241,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    from tformer_lib.benchmarking import machine_info, save_results
+    from tformer_lib.measurement.benchmarking import machine_info, save_results
 
     parser = argparse.ArgumentParser(description="同一份 LLaMA 结构的权重：我们的实现 vs transformers")
     parser.add_argument("--rounds", type=int, default=5)

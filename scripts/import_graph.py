@@ -26,17 +26,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tformer_lib"
 
 #: 分组次序（下层在前）：一个模块所属的组由它的第一个匹配前缀决定；不匹配任何前缀的模块算作 "model"。
 GROUPS = [
-    ("model", ("specials", "_checks", "seed", "masks", "positional", "relative_position", "recurrent", "embedding",
-               "attention", "kv_cache", "feedforward", "norms", "layers", "flash", "config", "model", "temperature")),
-    ("translation", ("decoding", "data", "text", "training", "pretrained", "progress")),
+    ("model", ("specials", "_checks", "seed", "temperature", "unknown_tokens", "parts")),
+    ("translation", ("translation", "data", "text", "training")),
     ("lm", ("lm",)),
-    ("measurement", ("memory", "precision", "profiling", "costs", "benchmarking")),
+    ("measurement", ("measurement",)),
     ("parallel", ("parallel",)),
     ("serving", ("serving",)),
     ("part4", ("scale", "inference", "quant", "kernels", "finetune")),  # 第四部分：建在推理服务与并行之上
-    ("experiments", ("ablations", "norm_placement", "modern_variants", "length_generalization", "experiments")),
-    ("presentation", ("source", "notebook", "plotting", "widgets", "exercises", "fonts")),
-    ("commands", ("cli", "__main__", "commands")),
+    ("experiments", ("experiments",)),
+    ("presentation", ("notebook", "plotting", "widgets", "exercises", "fonts")),
+    ("commands", ("__main__", "commands")),
 ]
 
 

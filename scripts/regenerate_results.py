@@ -29,10 +29,10 @@ RESULTS_DIR = ROOT / "tformer_lib" / "results"
 #: 结果文件名（不含 .json）→ 生成它的命令（在仓库根目录运行）
 RESULTS = {
     "train_step": "python benchmarks/train_step.py --threads 1 --out tformer_lib/results/train_step.json",
-    "length_generalization": "python -m tformer_lib.length_generalization",
-    "ffn_ablation": "python -m tformer_lib.ablations",
-    "norm_placement": "python -m tformer_lib.norm_placement",
-    "lm_variants": "python -m tformer_lib.modern_variants",
+    "length_generalization": "python -m tformer_lib.experiments.length_generalization",
+    "ffn_ablation": "python -m tformer_lib.experiments.ablations",
+    "norm_placement": "python -m tformer_lib.experiments.norm_placement",
+    "lm_variants": "python -m tformer_lib.experiments.modern_variants",
     "throughput": "python -m tformer_lib.parallel.throughput --out tformer_lib/results/throughput.json --rounds 7",
     "serving": "python -m tformer_lib.serving.benchmark --out tformer_lib/results/serving.json --rounds 7",
     "decode": "python benchmarks/decode.py --rounds 5 --out tformer_lib/results/decode.json",

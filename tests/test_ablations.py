@@ -1,4 +1,4 @@
-"""FFN 消融实验（tformer_lib.ablations）：去掉 FFN 的模型搭得对、能训练，随包附带的结果文件与代码一致。"""
+"""FFN 消融实验（tformer_lib.experiments.ablations）：去掉 FFN 的模型搭得对、能训练，随包附带的结果文件与代码一致。"""
 
 import random
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tformer_lib import count_parameters, make_model
-from tformer_lib.ablations import (
+from tformer_lib.experiments.ablations import (
     FFN_ABLATION_ARMS,
     ZeroFeedForward,
     drop_feed_forward,
@@ -15,7 +15,7 @@ from tformer_lib.ablations import (
     make_ablation_model,
     run_ffn_ablation,
 )
-from tformer_lib.pretrained import load_toy_data, toy_model_config
+from tformer_lib.translation.pretrained import load_toy_data, toy_model_config
 
 
 def test_drop_feed_forward_removes_exactly_the_ffn_parameters():
@@ -46,7 +46,7 @@ def test_shipped_results_match_the_code_that_builds_the_models():
     results = load_ffn_ablation_results()
     data = load_toy_data()
     produced = results["produced_by"]
-    assert produced["threads"] == 1 and produced["command"] == "python -m tformer_lib.ablations"
+    assert produced["threads"] == 1 and produced["command"] == "python -m tformer_lib.experiments.ablations"
     assert {"date", "torch", "cpu"} <= set(produced)
     arms = {r["arm"] for r in results["runs"]}
     assert arms == set(FFN_ABLATION_ARMS)

@@ -136,7 +136,7 @@ def test_fast_path_runs_bf16_under_every_cpu_kernel_set(capability):
 
     script = (
         "import torch\n"
-        "from tformer_lib.attention import fast_scaled_dot_product_attention as fast, scaled_dot_product_attention\n"
+        "from tformer_lib.parts.attention import fast_scaled_dot_product_attention as fast, scaled_dot_product_attention\n"
         "torch.manual_seed(0)\n"
         "q, k, v = torch.randn(3, 2, 4, 128, 16).unbind(0)  # 序列要够长，flash 内核才走打包路径\n"
         "mask = torch.ones(128, 128, dtype=torch.bool).tril()\n"

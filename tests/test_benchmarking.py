@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tformer_lib import TransformerConfig, count_parameters, make_model
-from tformer_lib.benchmarking import (
+from tformer_lib.measurement.benchmarking import (
     RESULTS_PATH,
     TorchTransformerModel,
     benchmark_attention_paths,
@@ -71,7 +71,7 @@ def test_shipped_results_say_where_and_when_they_were_measured():
 def test_measurement_record_names_the_command_the_machine_and_the_elapsed_time():
     import time
 
-    from tformer_lib.benchmarking import machine_info, measurement_record
+    from tformer_lib.measurement.benchmarking import machine_info, measurement_record
 
     info = machine_info()
     start = time.perf_counter() - 2.0  # 假装两秒前开始

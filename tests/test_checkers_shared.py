@@ -433,7 +433,7 @@ def test_core_exports_the_whole_toolkit():
 
 def test_library_calls_sees_globals_attributes_local_imports_and_helpers():
     import tformer_lib
-    from tformer_lib.masks import causal_mask
+    from tformer_lib.parts.masks import causal_mask
 
     def direct(n):
         return causal_mask(n)
@@ -442,7 +442,7 @@ def test_library_calls_sees_globals_attributes_local_imports_and_helpers():
         return tformer_lib.causal_mask(n)
 
     def local_import(n):
-        from tformer_lib.masks import causal_mask as cm
+        from tformer_lib.parts.masks import causal_mask as cm
 
         return cm(n)
 
@@ -456,7 +456,7 @@ def test_library_calls_sees_globals_attributes_local_imports_and_helpers():
         return obj.causal_masks(n)  # 名字不同的属性不算
 
     for fn in (direct, through_module, local_import, helper, lambda n: [causal_mask(n) for _ in range(1)][0]):
-        assert _core.library_calls(fn, [causal_mask]) == ["tformer_lib.masks.causal_mask"], fn
+        assert _core.library_calls(fn, [causal_mask]) == ["tformer_lib.parts.masks.causal_mask"], fn
     for fn in (own, own_with_same_attribute_name):
         assert _core.library_calls(fn, [causal_mask]) == []
     # 检查全部通过、但调用了答案 → ❌ library_call；同一个函数不禁用时 → ✅

@@ -10,7 +10,7 @@ from tformer_lib.lm import LMConfig, generate, make_lm
 from tformer_lib.lm.data import loss_targets
 from tformer_lib.lm.pretrained import poem_data, poem_model_config
 from tformer_lib.lm.training import LMTrainer
-from tformer_lib.memory import lm_activation_bytes, measure_activation_bytes
+from tformer_lib.measurement.memory import lm_activation_bytes, measure_activation_bytes
 
 
 def grads(model, tokens, targets):

@@ -71,7 +71,7 @@ def test_missing_and_corrupt_checkpoint_and_unknown_task(tmp_path):
 
 @pytest.mark.slow
 def test_shipped_checkpoints_work_with_every_command():
-    from tformer_lib.pretrained import SHIPPED_POSITIONAL, shipped_checkpoint_path
+    from tformer_lib.translation.pretrained import SHIPPED_POSITIONAL, shipped_checkpoint_path
 
     for positional in SHIPPED_POSITIONAL:
         path = str(shipped_checkpoint_path(positional))
@@ -83,7 +83,7 @@ def test_shipped_checkpoints_work_with_every_command():
 
 @pytest.mark.slow
 def test_unknown_words_warn_by_default_and_fail_with_strict():
-    from tformer_lib.pretrained import shipped_checkpoint_path
+    from tformer_lib.translation.pretrained import shipped_checkpoint_path
 
     path = str(shipped_checkpoint_path())
     r = run("translate", "--checkpoint", path, "狗咬人。")

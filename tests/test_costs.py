@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tformer_lib import DecoderLayer, EncoderLayer, TransformerConfig, make_model, scaled_dot_product_attention
-from tformer_lib.costs import (
+from tformer_lib.measurement.costs import (
     attention_flops,
     attention_memory,
     decoder_layer_flops,

@@ -5,7 +5,7 @@ import torch
 
 from tformer_lib import TransformerConfig, make_model
 from tformer_lib.data import Vocab
-from tformer_lib.decoding import (
+from tformer_lib.translation.decoding import (
     beam_search,
     decoder_step_logits,
     greedy_decode,
@@ -14,7 +14,7 @@ from tformer_lib.decoding import (
     sequence_log_probs,
     translate,
 )
-from tformer_lib.masks import padding_mask
+from tformer_lib.parts.masks import padding_mask
 from tformer_lib.specials import BOS, EOS, PAD
 
 
@@ -305,7 +305,7 @@ def test_default_length_is_capped_by_the_model_and_too_long_max_len_is_a_clear_e
 
 
 def test_translate_reports_unknown_words():
-    from tformer_lib.decoding import UnknownTokenError, UnknownTokenWarning
+    from tformer_lib.translation.decoding import UnknownTokenError, UnknownTokenWarning
 
     src_v = Vocab([f"w{i}" for i in range(16)])
     tgt_v = Vocab([f"e{i}" for i in range(19)])

@@ -13,16 +13,16 @@ import pytest
 import torch
 
 from tformer_lib import TransformerConfig, make_model
-from tformer_lib.attention import MultiHeadAttention, scaled_dot_product_attention
+from tformer_lib.parts.attention import MultiHeadAttention, scaled_dot_product_attention
 from tformer_lib.commands.cli import main as cli_main
 from tformer_lib.data import Vocab, batch_iterator, make_batch, make_copy_task, make_toy_corpus, pad_sequences
 from tformer_lib.data import make_synthetic_splits, tokenize_zh
-from tformer_lib.decoding import beam_search, greedy_decode, sample_decode, translate
-from tformer_lib.embedding import TokenEmbedding
-from tformer_lib.feedforward import PositionwiseFeedForward
-from tformer_lib.kv_cache import KVCache
-from tformer_lib.masks import causal_mask, combine_masks, padding_mask
-from tformer_lib.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from tformer_lib.translation.decoding import beam_search, greedy_decode, sample_decode, translate
+from tformer_lib.parts.embedding import TokenEmbedding
+from tformer_lib.parts.feedforward import PositionwiseFeedForward
+from tformer_lib.parts.kv_cache import KVCache
+from tformer_lib.parts.masks import causal_mask, combine_masks, padding_mask
+from tformer_lib.parts.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from tformer_lib.training import (
     CheckpointError,
     LabelSmoothingLoss,

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tformer_lib.lm import LMConfig, make_lm
-from tformer_lib.model import count_parameters
+from tformer_lib.translation.model import count_parameters
 from tformer_lib.experiments.moe import MOE_ARMS, evaluate_with_capacity, active_parameters, moe_arm_config
 
 

@@ -10,7 +10,7 @@ from tformer_lib.finetune import LoRALinear, apply_lora, merge_lora, trainable_p
 from tformer_lib.finetune.memory import finetune_memory, lora_activation_bytes, lora_parameter_count
 from tformer_lib.finetune.qlora import apply_qlora
 from tformer_lib.lm import PRESETS, LMConfig, make_lm, make_adamw
-from tformer_lib.memory import lm_activation_bytes, measure_activation_bytes, measured_model_state_bytes
+from tformer_lib.measurement.memory import lm_activation_bytes, measure_activation_bytes, measured_model_state_bytes
 from tformer_lib.quant import Int4Linear, Int8Linear
 from tformer_lib.quant.sizes import parameter_count, tensor_bytes, weight_bytes
 

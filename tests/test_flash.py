@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from tformer_lib import PAD, causal_mask, combine_masks, padding_mask, scaled_dot_product_attention
-from tformer_lib.flash import online_softmax, tiled_attention
+from tformer_lib.parts.flash import online_softmax, tiled_attention
 
 BLOCKS = [1, 3, 5, 8, 16, 17, 64]  # 含不整除 T 的块宽，以及比 T 还宽的块
 

@@ -9,7 +9,7 @@ import torch
 
 from tformer_lib.lm import LMConfig, generate, load_poem_model, make_lm
 from tformer_lib.inference import StaticDecoder, StaticKVCache, generate_static, static_positions_and_mask
-from tformer_lib.rope_scaling import RopeScaling
+from tformer_lib.parts.rope_scaling import RopeScaling
 from tformer_lib.specials import EOS
 
 CONFIGS = {

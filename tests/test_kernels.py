@@ -20,7 +20,7 @@ import torch.nn.functional as F
 pytest.importorskip("triton", reason="没有安装 triton（它在 test 与 kernels 两个可选依赖里）")
 
 from tformer_lib import causal_mask, scaled_dot_product_attention  # noqa: E402
-from tformer_lib.flash import tiled_attention  # noqa: E402
+from tformer_lib.parts.flash import tiled_attention  # noqa: E402
 from tformer_lib.kernels import (  # noqa: E402
     attention_io_bytes,
     count_hbm_bytes,

@@ -2,7 +2,7 @@
 
 import torch
 
-from tformer_lib import length_generalization as lg
+from tformer_lib.experiments import length_generalization as lg
 
 
 def test_tiny_run_has_every_metric_for_every_length():

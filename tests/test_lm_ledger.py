@@ -11,7 +11,7 @@ from tformer_lib.lm import LMCache, PRESETS, lm_kv_cache_bytes_per_token, load_p
 from tformer_lib.lm.data import loss_targets
 from tformer_lib.lm.pretrained import poem_data
 from tformer_lib.lm.training import make_adamw
-from tformer_lib.memory import (
+from tformer_lib.measurement.memory import (
     korthikanti_activation_bytes,
     lm_activation_bytes,
     measure_activation_bytes,
@@ -22,7 +22,7 @@ from tformer_lib.parallel.layout import layout_parameters_per_rank
 from tformer_lib.parallel.pipeline import LMStage
 from tformer_lib.parallel.tensor_parallel import TensorParallelAttention, TensorParallelFFN
 from tformer_lib.parallel.zero import zero_bytes_per_rank
-from tformer_lib.profiling import count_training_flops
+from tformer_lib.measurement.profiling import count_training_flops
 from tformer_lib.serving.roofline import decode_cost
 from tformer_lib.scale import (
     ACCELERATORS,

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tformer_lib import MultiHeadAttention, PositionwiseFeedForward
-from tformer_lib.norms import RMSNorm
+from tformer_lib.parts.norms import RMSNorm
 from tformer_lib.lm import LMConfig, LMCache, make_lm
 from tformer_lib.lm.reference import TorchEncoderLM, torch_twin
 

@@ -12,7 +12,7 @@ from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.lm.data import loss_targets, pack_documents
 from tformer_lib.lm.pretrained import poem_data, poem_model_config
 from tformer_lib.lm.training import LMTrainer, make_adamw
-from tformer_lib.memory import (
+from tformer_lib.measurement.memory import (
     BYTES_PER_PARAMETER,
     lm_activation_bytes,
     measure_activation_bytes,

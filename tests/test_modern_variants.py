@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tformer_lib.lm import make_lm
-from tformer_lib.modern_variants import (
+from tformer_lib.experiments.modern_variants import (
     VARIANT_ARMS,
     SPEED_ROUNDS,
     VARIANT_LABELS,
@@ -18,7 +18,7 @@ from tformer_lib.modern_variants import (
     run_warmup_ablation,
     variant_config,
 )
-from tformer_lib.model import count_parameters
+from tformer_lib.translation.model import count_parameters
 
 
 def test_each_arm_changes_only_its_own_fields():
@@ -57,7 +57,7 @@ def test_shipped_results_cover_every_arm_with_two_seeds_and_say_how_they_were_ma
     for x in r["runs"]:
         assert x["evals"][0]["step"] == 0 and x["evals"][-1]["step"] == r["settings"]["training"]["steps"]
     made = r["produced_by"]
-    assert made["command"] == "python -m tformer_lib.modern_variants" and made["threads"] == 1
+    assert made["command"] == "python -m tformer_lib.experiments.modern_variants" and made["threads"] == 1
     assert made["date"] and made["cpu"] and made["torch"]
     torch.manual_seed(0)
     for arm, info in r["arms"].items():
@@ -67,7 +67,7 @@ def test_shipped_results_cover_every_arm_with_two_seeds_and_say_how_they_were_ma
 def test_shipped_throughput_keeps_every_round_and_its_median():
     r = load_variant_results()
     speed = r["speed_produced_by"]
-    assert speed["command"].startswith("python -m tformer_lib.modern_variants") and speed["threads"] == 1
+    assert speed["command"].startswith("python -m tformer_lib.experiments.modern_variants") and speed["threads"] == 1
     assert speed["date"] and speed["cpu"] and speed["load_average"] is not None
     for arm, info in r["arms"].items():
         rounds = info["tokens_per_second_rounds"]
@@ -77,7 +77,7 @@ def test_shipped_throughput_keeps_every_round_and_its_median():
 
 def test_shipped_warmup_ablation_changes_only_the_warmup():
     r = load_variant_results()
-    assert r["warmup_produced_by"]["command"] == "python -m tformer_lib.modern_variants --warmup-only"
+    assert r["warmup_produced_by"]["command"] == "python -m tformer_lib.experiments.modern_variants --warmup-only"
     for arm, (structure, change) in WARMUP_ARMS.items():
         assert change == {"warmup": 1} and structure in VARIANT_ARMS
         assert r["settings"]["warmup_arms"][arm] == {"structure": structure, "training": change}

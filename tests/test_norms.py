@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from tformer_lib import ResidualNorm
-from tformer_lib.norms import RMSNorm, make_norm
+from tformer_lib.parts.norms import RMSNorm, make_norm
 
 
 @pytest.mark.parametrize("shape", [(3, 16), (2, 5, 8), (1, 1, 4, 32)])

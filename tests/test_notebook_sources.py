@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tformer_lib.source import _drop_docstrings
+from tformer_lib.notebook.source import _drop_docstrings
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").rglob("*.ipynb"))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tformer_lib import MultiHeadAttention, causal_mask
-from tformer_lib.feedforward import PositionwiseFeedForward
+from tformer_lib.parts.feedforward import PositionwiseFeedForward
 from tformer_lib.parallel.demo import (
     WorkerPool,
     demo_blocks,

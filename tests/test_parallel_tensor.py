@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tformer_lib import MultiHeadAttention, causal_mask
-from tformer_lib.feedforward import PositionwiseFeedForward
+from tformer_lib.parts.feedforward import PositionwiseFeedForward
 from tformer_lib.parallel import launch
 from tformer_lib.parallel.comm import tensor_parallel_payload
 from tformer_lib.parallel.tensor_parallel import (

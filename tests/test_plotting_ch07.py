@@ -72,7 +72,7 @@ def test_seed_runs_draws_one_line_per_seed_with_lr_axis(render):
 
 
 def test_shipped_norm_placement_study_covers_three_seeds_past_the_warmup():
-    from tformer_lib.norm_placement import EXPERIMENTS, NORMS, load_study
+    from tformer_lib.experiments.norm_placement import EXPERIMENTS, NORMS, load_study
 
     study = load_study()
     assert {"cpu", "torch", "threads"} <= set(study["machine"]) and study["date"]

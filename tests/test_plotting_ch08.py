@@ -41,7 +41,7 @@ def test_bad_arguments():
 
 
 def test_benchmark_figures_draw_from_a_results_dict(render):
-    from tformer_lib.benchmarking import load_results
+    from tformer_lib.measurement.benchmarking import load_results
     from tformer_lib.plotting.benchmarks import plot_benchmark_results, plot_ratio_spread
 
     fig = render(plot_ratio_spread({"a": [0.9, 1.0, 1.1], "b": [0.5, 0.6]}, title="比值"))

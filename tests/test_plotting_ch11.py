@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from tformer_lib.lm import LMConfig, make_lm
-from tformer_lib.memory import lm_activation_bytes, model_state_bytes, parameter_count
+from tformer_lib.measurement.memory import lm_activation_bytes, model_state_bytes, parameter_count
 from tformer_lib.plotting.memory import plot_mfu, plot_step_times, plot_training_memory
 
 pytestmark = pytest.mark.filterwarnings("error")

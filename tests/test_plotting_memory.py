@@ -3,7 +3,7 @@
 import pytest
 
 from tformer_lib.lm import LMConfig, make_lm
-from tformer_lib.memory import lm_activation_bytes, model_state_bytes, parameter_count
+from tformer_lib.measurement.memory import lm_activation_bytes, model_state_bytes, parameter_count
 from tformer_lib.plotting.memory import plot_memory_account, plot_precision_losses, plot_profile
 
 pytestmark = pytest.mark.filterwarnings("error")

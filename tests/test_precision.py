@@ -7,7 +7,7 @@ from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.lm.data import loss_targets
 from tformer_lib.lm.pretrained import load_poem_model, poem_data
 from tformer_lib.lm.training import LMTrainer
-from tformer_lib.precision import autocast, compare_autocast_training, float_formats, fp16_overflow, gradient_underflow
+from tformer_lib.measurement.precision import autocast, compare_autocast_training, float_formats, fp16_overflow, gradient_underflow
 
 #: bf16 autocast 与 fp32 从同一初始化训练时，每一步损失之差的上限（nats）。
 #: 实测（tiny 配置 20 步）约 5e-5；随书配置 30 步约 5e-3。

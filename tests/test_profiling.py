@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from tformer_lib.lm import LMConfig, make_lm
-from tformer_lib.profiling import count_training_flops, lm_training_flops, matmul_peak_flops, mfu, profile_step
+from tformer_lib.measurement.profiling import count_training_flops, lm_training_flops, matmul_peak_flops, mfu, profile_step
 
 
 def step_fn(model, tokens, targets):

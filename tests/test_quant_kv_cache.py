@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from tformer_lib.kv_cache import AttentionCache
+from tformer_lib.parts.kv_cache import AttentionCache
 from tformer_lib.lm import LMCache, LMConfig, generate, make_lm
 from tformer_lib.quant import (
     Int8LMCache,

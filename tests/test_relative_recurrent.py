@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from tformer_lib import MultiHeadAttention
-from tformer_lib.recurrent import TinyRNNEncoder, measure_sequence_mixing
-from tformer_lib.relative_position import RelativePositionBias, relative_position_index
+from tformer_lib.parts.recurrent import TinyRNNEncoder, measure_sequence_mixing
+from tformer_lib.parts.relative_position import RelativePositionBias, relative_position_index
 
 
 def test_relative_index_is_clipped_signed_distance():

@@ -1,4 +1,4 @@
-"""RoPE 缩放（tformer_lib.rope_scaling）：PI、NTK-aware、YaRN 的频率与公式逐项相符，与 transformers 的 ``linear``、
+"""RoPE 缩放（tformer_lib.parts.rope_scaling）：PI、NTK-aware、YaRN 的频率与公式逐项相符，与 transformers 的 ``linear``、
 ``yarn`` 相同；进了模型之后带缓存的生成不变，Hugging Face 目录来回读写的 logits 与 transformers 相同。"""
 
 import math
@@ -8,8 +8,8 @@ import torch
 
 from tformer_lib import MultiHeadAttention
 from tformer_lib.lm import LMConfig, UnsupportedHFConfig, load_hf, make_lm, save_hf
-from tformer_lib.positional import RopeTables, rope_angles
-from tformer_lib.rope_scaling import RopeScaling, rope_frequencies, scaled_rope_angles, yarn_attention_factor
+from tformer_lib.parts.positional import RopeTables, rope_angles
+from tformer_lib.parts.rope_scaling import RopeScaling, rope_frequencies, scaled_rope_angles, yarn_attention_factor
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tformer_lib.lm import PRESETS
-from tformer_lib.memory import lm_activation_bytes
+from tformer_lib.measurement.memory import lm_activation_bytes
 from tformer_lib.parallel import launch
 from tformer_lib.parallel import ring_attention as ring
 from tformer_lib.parallel.ulysses import ulysses_payload

@@ -6,7 +6,7 @@ import pytest
 
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.lm.pretrained import POEM_RECIPE, poem_data
-from tformer_lib.profiling import lm_training_flops
+from tformer_lib.measurement.profiling import lm_training_flops
 from tformer_lib.scale.scaling import (compute_frontier, fit_power_law, non_embedding_parameters, scaling_config,
                                        scaling_study)
 
@@ -132,7 +132,7 @@ def test_the_cli_refuses_an_unwritable_out_before_the_study(monkeypatch, tmp_pat
 def test_measurement_record_refuses_a_string_argv_and_quotes_arguments():
     import time
 
-    from tformer_lib.benchmarking import machine_info, measurement_record
+    from tformer_lib.measurement.benchmarking import machine_info, measurement_record
 
     info, start = machine_info(), time.perf_counter()
     with pytest.raises(TypeError, match="argv"):

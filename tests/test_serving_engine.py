@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tformer_lib.lm import LMConfig, generate, make_lm
-from tformer_lib.rope_scaling import RopeScaling
+from tformer_lib.parts.rope_scaling import RopeScaling
 from tformer_lib.serving import BlockManager, Engine, OutOfBlocksError, greedy_batch, left_pad
 
 CONFIGS = [

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tformer_lib.costs import measure_flops
+from tformer_lib.measurement.costs import measure_flops
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.serving.roofline import (
     arithmetic_intensity,

@@ -6,7 +6,7 @@ import torch
 
 from tformer_lib import MultiHeadAttention, apply_rope, causal_mask
 from tformer_lib.lm import LMConfig, make_lm
-from tformer_lib.positional import RopeTables
+from tformer_lib.parts.positional import RopeTables
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
@@ -44,7 +44,7 @@ def test_rope_tables_refuse_bad_input():
 
 
 def test_rope_building_blocks_name_their_bad_arguments():
-    from tformer_lib.positional import rope_angles, rotate_pairs
+    from tformer_lib.parts.positional import rope_angles, rotate_pairs
 
     with pytest.raises(TypeError, match="positions"):
         rope_angles(torch.ones(3, dtype=torch.bool), 8)
@@ -103,7 +103,7 @@ def test_causal_flag_equals_the_causal_mask_bit_for_bit_forward_and_backward(fas
 
 
 def test_causal_flag_refuses_a_mask_or_a_filled_cache():
-    from tformer_lib.kv_cache import AttentionCache
+    from tformer_lib.parts.kv_cache import AttentionCache
 
     attn = _attention(True, 4, False)
     x = torch.randn(1, 3, 32, dtype=torch.float64)
@@ -118,7 +118,7 @@ def test_causal_flag_refuses_a_mask_or_a_filled_cache():
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_a_bad_mask_leaves_the_cache_as_it_was(fast):
-    from tformer_lib.kv_cache import AttentionCache
+    from tformer_lib.parts.kv_cache import AttentionCache
 
     attn, cache = _attention(fast, 2, True), AttentionCache()
     x = torch.randn(1, 4, 32, dtype=torch.float64)
@@ -131,7 +131,7 @@ def test_a_bad_mask_leaves_the_cache_as_it_was(fast):
 @pytest.mark.parametrize("n_kv_heads", [1, 2])
 def test_sdpa_reads_shared_kv_heads_like_copied_heads(n_kv_heads):
     """快速路径把 GQA 的分组交给 SDPA（enable_gqa）：前向与先复制 K/V 逐位相同，梯度在舍入误差内相同。"""
-    from tformer_lib.attention import _sdpa
+    from tformer_lib.parts.attention import _sdpa
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, 7, 8, generator=g, requires_grad=True)  # (B, h, T, d_k)
@@ -187,7 +187,7 @@ def test_language_model_causal_path_equals_the_mask_path(fast, positional, n_kv_
 
 def test_same_tensor_for_query_key_value_still_checks_the_cross_attention_cache_batch():
     """自注意力的捷径（三个是同一个张量时只查一次）不能跳过“已缓存的编码器 K/V 与 query 同批”的检查。"""
-    from tformer_lib.kv_cache import AttentionCache
+    from tformer_lib.parts.kv_cache import AttentionCache
 
     attn = _attention(True, 4, False).float()
     memory, cache = torch.randn(2, 7, 32), AttentionCache(static=True)
@@ -199,7 +199,7 @@ def test_same_tensor_for_query_key_value_still_checks_the_cross_attention_cache_
 
 def test_caches_say_how_long_they_are_or_ask_for_positions():
     from tformer_lib.inference.static_cache import StaticKVCache
-    from tformer_lib.kv_cache import AttentionCache
+    from tformer_lib.parts.kv_cache import AttentionCache
 
     attn = _attention(True, 2, True)
     x = torch.randn(1, 3, 32, dtype=torch.float64)

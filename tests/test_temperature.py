@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tformer_lib.commands.cli import main
-from tformer_lib.decoding import greedy_decode, sample_decode
+from tformer_lib.translation.decoding import greedy_decode, sample_decode
 from tformer_lib.lm import LMConfig, generate, make_lm, next_token_distribution
 from tformer_lib.specials import BOS
 from tformer_lib.temperature import apply_temperature, check_temperature, is_greedy_temperature
@@ -68,7 +68,7 @@ def test_next_token_distribution_at_zero_temperature_is_one_hot_after_suppressio
 
 @pytest.mark.parametrize("t", [0, 1e-40])
 def test_translation_sampling_with_zero_or_tiny_temperature_is_greedy(t):
-    from tformer_lib.pretrained import load_or_train_toy_model, load_toy_data
+    from tformer_lib.translation.pretrained import load_or_train_toy_model, load_toy_data
 
     model, *_ = load_or_train_toy_model()
     src = torch.tensor([row for row, _ in load_toy_data()["test"][:8] if len(row) == 5][:4])

@@ -13,8 +13,8 @@ import torch
 
 from tformer_lib.commands.cli import COPY_SETUP, build_synthetic
 from tformer_lib.data import make_batch
-from tformer_lib.decoding import beam_search, greedy_decode, sequence_log_probs, translate
-from tformer_lib.pretrained import (
+from tformer_lib.translation.decoding import beam_search, greedy_decode, sequence_log_probs, translate
+from tformer_lib.translation.pretrained import (
     SHIPPED_POSITIONAL,
     cache_dir,
     cpu_fingerprint,
@@ -65,7 +65,7 @@ def test_shipped_checkpoint_exists_and_is_preferred(positional, tmp_path):
     path = shipped_checkpoint_path(positional)
     assert path.exists(), (
         f"{path.name} 不在 tformer_lib/checkpoints/：默认配方或语料改了？请运行 "
-        "tformer_lib.pretrained.build_shipped_checkpoints() 重新生成"
+        "tformer_lib.translation.pretrained.build_shipped_checkpoints() 重新生成"
     )
     assert load_checkpoint(path)["extra"]["threads"] == 1
     start = time.perf_counter()

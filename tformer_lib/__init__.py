@@ -7,16 +7,16 @@
 __version__ = "0.1.0"
 
 # --- core model ---
-from .attention import MultiHeadAttention, fast_scaled_dot_product_attention, scaled_dot_product_attention
-from .config import TransformerConfig
-from .embedding import TokenEmbedding
-from .feedforward import PositionwiseFeedForward
-from .kv_cache import AttentionCache, KVCache
-from .layers import DecoderLayer, EncoderLayer, ResidualNorm
-from .masks import causal_mask, combine_masks, padding_mask, target_mask
-from .model import Decoder, Encoder, Generator, Transformer, count_parameters, make_model
-from .norms import RMSNorm, make_norm
-from .positional import (
+from .parts.attention import MultiHeadAttention, fast_scaled_dot_product_attention, scaled_dot_product_attention
+from .translation.config import TransformerConfig
+from .parts.embedding import TokenEmbedding
+from .parts.feedforward import PositionwiseFeedForward
+from .parts.kv_cache import AttentionCache, KVCache
+from .parts.layers import DecoderLayer, EncoderLayer, ResidualNorm
+from .parts.masks import causal_mask, combine_masks, padding_mask, target_mask
+from .translation.model import Decoder, Encoder, Generator, Transformer, count_parameters, make_model
+from .parts.norms import RMSNorm, make_norm
+from .parts.positional import (
     LearnedPositionalEmbedding,
     NoPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -60,7 +60,7 @@ _VIZ_LAZY = {
     "lr_schedule_explorer": "tformer_lib.widgets",
     "check_softmax": "tformer_lib.exercises",
     "check_positional_encoding": "tformer_lib.exercises",
-    "show_source": "tformer_lib.source",
+    "show_source": "tformer_lib.notebook.source",
 }
 
 
@@ -74,7 +74,7 @@ def __getattr__(name, _previous=globals().get("__getattr__")):
     raise AttributeError(f"模块 'tformer_lib' 没有属性 {name!r}")
 
 # --- efficiency ---
-from .costs import (
+from .measurement.costs import (
     attention_flops,
     attention_memory,
     decoder_layer_flops,
@@ -89,7 +89,7 @@ from .costs import (
     model_forward_flops,
     saved_tensor_bytes,
 )
-from .flash import online_softmax, tiled_attention
+from .parts.flash import online_softmax, tiled_attention
 
 # --- data/training/decoding ---
 from .data import (
@@ -108,8 +108,8 @@ from .data import (
     tokenize_en,
     tokenize_zh,
 )
-from .decoding import beam_search, greedy_decode, ids_to_lists, sample_decode, sequence_log_probs, translate
-from .pretrained import cache_dir, load_or_train_toy_model, load_toy_data, toy_model_config
+from .translation.decoding import beam_search, greedy_decode, ids_to_lists, sample_decode, sequence_log_probs, translate
+from .translation.pretrained import cache_dir, load_or_train_toy_model, load_toy_data, toy_model_config
 
 # --- Part 3: decoder-only language model ---
 from .lm import DecoderOnlyLM, LMCache, LMConfig, generate, make_lm

@@ -1,6 +1,6 @@
 """采样温度（temperature）：``softmax(logits / T)``，以及它在 T → 0 时的极限——贪心（greedy）。
 
-两条解码路径（编码器–解码器的 :func:`~tformer_lib.decoding.sample_decode` 与语言模型的
+两条解码路径（编码器–解码器的 :func:`~tformer_lib.translation.decoding.sample_decode` 与语言模型的
 :func:`~tformer_lib.lm.generate`）共用这里的约定：
 
 * ``temperature=0`` 表示贪心：每步取分数最高的词（与 OpenAI 风格客户端的约定相同）；

@@ -7,7 +7,7 @@ import torch
 from checkers import Case, Wrong
 from tformer_lib import sinusoidal_positional_encoding
 from tformer_lib.exercises import check_positional_encoding
-from tformer_lib.relative_position import relative_position_index
+from tformer_lib.parts.relative_position import relative_position_index
 from tformer_lib.exercises.ch02 import check_order_blindness_test, check_pe_distance, check_relative_position_index
 
 
@@ -59,7 +59,7 @@ def _swapped(max_len, d_model):
 
 
 def _imports_inside(max_len, d_model):  # 在函数体里导入也一样是调用答案
-    from tformer_lib.positional import SinusoidalPositionalEncoding
+    from tformer_lib.parts.positional import SinusoidalPositionalEncoding
 
     return SinusoidalPositionalEncoding(d_model, max_len).pe[:max_len]
 

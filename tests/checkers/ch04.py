@@ -103,8 +103,8 @@ def ref_layer_params(d_model, d_ff, decoder=False):
 
 
 def _build_and_count(d_model, d_ff, decoder=False):
-    from tformer_lib.layers import DecoderLayer, EncoderLayer
-    from tformer_lib.model import count_parameters
+    from tformer_lib.parts.layers import DecoderLayer, EncoderLayer
+    from tformer_lib.translation.model import count_parameters
 
     heads = next(h for h in range(8, 0, -1) if d_model % h == 0)
     return count_parameters((DecoderLayer if decoder else EncoderLayer)(d_model, heads, d_ff))

@@ -100,9 +100,9 @@ def _p(vs, vt, d, ff, n):
 
 
 def _build_small_formula_big(vs, vt, d, ff, n):
-    from tformer_lib.config import TransformerConfig
+    from tformer_lib.translation.config import TransformerConfig
     from tformer_lib.exercises.ch05 import transformer_params_formula
-    from tformer_lib.model import count_parameters, make_model
+    from tformer_lib.translation.model import count_parameters, make_model
 
     if d > 256:
         return transformer_params_formula(vs, vt, d, ff, n)

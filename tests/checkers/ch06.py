@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from checkers import Case, Wrong
 from tformer_lib.exercises.checks import check_softmax
-from tformer_lib.decoding import greedy_decode, ids_to_lists, sample_decode
+from tformer_lib.translation.decoding import greedy_decode, ids_to_lists, sample_decode
 from tformer_lib.exercises.ch06 import (
     check_cross_entropy,
     check_greedy_agreement,

@@ -3,14 +3,14 @@
 import torch
 
 from checkers import Case, Wrong
-from tformer_lib.costs import largest_tensor_bytes
+from tformer_lib.measurement.costs import largest_tensor_bytes
 from tformer_lib.exercises.ch08 import (
     check_decoder_crossover,
     check_flash_step,
     check_gqa_kv_bytes,
     check_tiled_peak_bytes,
 )
-from tformer_lib.flash import tiled_attention
+from tformer_lib.parts.flash import tiled_attention
 
 # ---- 练习 1（找错）：FlashAttention 的一步更新 -------------------------------------------------------
 

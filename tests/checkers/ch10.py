@@ -7,7 +7,7 @@ import torch
 from checkers import Case, Wrong
 from tformer_lib import count_parameters, scaled_dot_product_attention
 from tformer_lib.lm import DecoderOnlyLM, LMConfig, make_lm
-from tformer_lib.norms import RMSNorm
+from tformer_lib.parts.norms import RMSNorm
 from tformer_lib.exercises.ch10 import (
     buggy_grouped_attention,
     check_fixed_grouped_attention,

@@ -3,10 +3,10 @@
 import torch
 
 from checkers import Case, Wrong
-from tformer_lib.costs import saved_tensor_bytes
-from tformer_lib.feedforward import PositionwiseFeedForward
-from tformer_lib.memory import model_state_bytes
-from tformer_lib.precision import fp16_overflow
+from tformer_lib.measurement.costs import saved_tensor_bytes
+from tformer_lib.parts.feedforward import PositionwiseFeedForward
+from tformer_lib.measurement.memory import model_state_bytes
+from tformer_lib.measurement.precision import fp16_overflow
 from tformer_lib.exercises.ch11 import (
     buggy_accumulated_loss,
     check_accumulated_loss,

@@ -256,7 +256,7 @@ def _merge_swapped(out_a, lse_a, out_b, lse_b):
 
 
 def _merge_library(out_a, lse_a, out_b, lse_b):
-    from tformer_lib.flash import online_softmax
+    from tformer_lib.parts.flash import online_softmax
 
     weights = online_softmax(torch.stack([lse_a, lse_b], dim=-1), block_size=1)  # (n, 2)
     weights = torch.nan_to_num(weights)
@@ -370,7 +370,7 @@ def _freq_float32(d, base, kind, factor):  # float32 里算，也对（相对误
 
 
 def _freq_library(d, base, kind, factor):
-    from tformer_lib.rope_scaling import RopeScaling, rope_frequencies
+    from tformer_lib.parts.rope_scaling import RopeScaling, rope_frequencies
 
     return rope_frequencies(d, base, RopeScaling(kind, factor))[0]
 
@@ -386,7 +386,7 @@ def _freq_through_the_model(d, base, kind, factor):  # 经由 LMConfig 与 make_
 
 
 def _freq_getattr(d, base, kind, factor):
-    rs = importlib.import_module("tformer_lib.rope_scaling")
+    rs = importlib.import_module("tformer_lib.parts.rope_scaling")
     return getattr(rs, "rope_" + "frequencies")(d, base, getattr(rs, "Rope" + "Scaling")(kind, factor))[0]
 
 

@@ -34,16 +34,16 @@ COPY_SETUP = {
     "size": "small", "layers": 1, "dropout": 0.1,
     "batch_size": 64, "warmup": 100, "lr_factor": 0.5, "label_smoothing": 0.0, "epochs": 10,
 }
-#: 第 7 章与基准共用：玩具中→英任务的默认层数与 epoch 数见 tformer_lib.pretrained.TOY_TRAINING
+#: 第 7 章与基准共用：玩具中→英任务的默认层数与 epoch 数见 tformer_lib.translation.pretrained.TOY_TRAINING
 TOY_LAYERS = 2
 
 
 def build_synthetic(task: str, seed: int = 0, size: str | None = None, layers: int | None = None,
                     positional: str = "sinusoidal", **overrides):
     """合成任务的 ``(model, vocab, train, test)``；``train/test`` 是 id 句子对，测试集 200 条留出序列。"""
-    from ..config import TransformerConfig
+    from ..translation.config import TransformerConfig
     from ..data import encode_pairs, make_synthetic_splits, synthetic_vocab
-    from ..model import make_model
+    from ..translation.model import make_model
     from ..seed import set_seed
 
     s = {**COPY_SETUP, **overrides}
@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
 def _task_data(task: str, seed: int, src_vocab=None, tgt_vocab=None) -> dict:
     """按任务名重建数据划分（id 句子对）。"""
     if task == "toy_zh_en":
-        from ..pretrained import load_toy_data
+        from ..translation.pretrained import load_toy_data
 
         return load_toy_data(seed)
     if task in ("copy", "reverse"):
@@ -137,8 +137,8 @@ def _task_data(task: str, seed: int, src_vocab=None, tgt_vocab=None) -> dict:
 
 
 def _cmd_train(args) -> int:
-    from ..pretrained import TOY_TRAINING, load_toy_data, toy_model_config
-    from ..model import make_model
+    from ..translation.pretrained import TOY_TRAINING, load_toy_data, toy_model_config
+    from ..translation.model import make_model
     from ..seed import set_seed
     from ..training import Trainer, save_checkpoint
 
@@ -174,7 +174,7 @@ def _cmd_train(args) -> int:
                       progress=args.progress, verbose=verbose)
     if verbose:
         from ..data.batching import num_batches
-        from ..progress import stage
+        from .progress import stage
 
         stage(f"开始训练 {args.task}：{epochs} 个 epoch，每个 {num_batches(len(train), s['batch_size'])} 步；"
               "每个 epoch 结束时评估验证集并打印一行")
@@ -190,7 +190,7 @@ def _load(path: str | None):
     from ..training import CheckpointError, load_model
 
     if path is None:  # 默认：随库附带的玩具模型（第 5–8 章用的那个）
-        from ..pretrained import shipped_checkpoint_path
+        from ..translation.pretrained import shipped_checkpoint_path
 
         path = str(shipped_checkpoint_path("sinusoidal"))
     try:
@@ -217,7 +217,7 @@ def _check_decoding_options(args) -> None:
 def _cmd_translate(args) -> int:
     import torch
 
-    from ..decoding import UnknownTokenError, UnknownTokenWarning, translate
+    from ..translation.decoding import UnknownTokenError, UnknownTokenWarning, translate
 
     _check_decoding_options(args)
     model, src_vocab, tgt_vocab, ckpt = _load(args.checkpoint)
@@ -248,8 +248,8 @@ def _cmd_translate(args) -> int:
 def _cmd_evaluate(args) -> int:
     import torch
 
-    from ..decoding import beam_search, ids_to_lists
-    from ..progress import StageProgress
+    from ..translation.decoding import beam_search, ids_to_lists
+    from .progress import StageProgress
     from ..specials import PAD
     from ..training import evaluate
     from ..training.trainer import METRIC_NAMES

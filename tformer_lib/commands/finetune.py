@@ -45,7 +45,7 @@ def _cmd_lm_finetune(args) -> int:
     from .base import CLIError
     from ..lm.pretrained import load_poem_model
     from ..lm.training import load_lm, save_lm_checkpoint
-    from ..progress import stage
+    from .progress import stage
     from ..quant.quantize import dequantize_model
     from ..training.checkpoint import check_checkpoint_path
     from ..finetune.adapter_file import save_adapter

@@ -97,7 +97,7 @@ def _cmd_lm_train(args) -> int:
     from .base import CLIError
     from ..parallel.launch import init_from_env, is_rank0
     from ..parallel.trainer import DistributedLMTrainer
-    from ..progress import stage
+    from .progress import stage
     from ..seed import set_seed
     from ..lm.metrics_log import MetricsLog, metrics_path
     from ..lm.model import make_lm

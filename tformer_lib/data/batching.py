@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..masks import causal_mask, padding_mask
+from ..parts.masks import causal_mask, padding_mask
 from ..specials import BOS, EOS, PAD
 from .vocab import Vocab
 

@@ -27,7 +27,7 @@ from tformer_lib.exercises._core import (
     raised_by_student,
     run_checks,
 )
-from tformer_lib.masks import padding_mask
+from tformer_lib.parts.masks import padding_mask
 from tformer_lib.specials import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 
 __all__ = ["check_encode", "check_mixed_cosine", "check_pad_batch", "check_unk_rate"]

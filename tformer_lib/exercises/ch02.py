@@ -104,9 +104,9 @@ def _relative_index_all(f: Callable) -> None:
 def check_relative_position_index(fn: Callable[[int, int, int], Any]) -> CheckResult:
     """``fn(t_q, t_k, max_distance)`` 应返回 ``(T_q, T_k)`` 的整数下标 ``clamp(j − i, −K, K) + K``。
 
-    题目要读者自己写：直接调用库里的 :func:`~tformer_lib.relative_position.relative_position_index` 得到 ❌。
+    题目要读者自己写：直接调用库里的 :func:`~tformer_lib.parts.relative_position.relative_position_index` 得到 ❌。
     """
-    from tformer_lib.relative_position import relative_position_index
+    from tformer_lib.parts.relative_position import relative_position_index
 
     return run_checks("相对位置下标", fn, [("随机的 T_q、T_k、K（含 T_q ≠ T_k）", _relative_index_all)],
                       forbidden=(relative_position_index,))
@@ -119,7 +119,7 @@ class _WithPositions(nn.Module):
 
     def __init__(self, layer: nn.Module, d_model: int):
         super().__init__()
-        from tformer_lib.positional import SinusoidalPositionalEncoding
+        from tformer_lib.parts.positional import SinusoidalPositionalEncoding
 
         self.pe = SinusoidalPositionalEncoding(d_model, max_len=64)
         self.layer = layer
@@ -137,7 +137,7 @@ class _RunningMean(nn.Module):
 
 
 def _order_blindness(f: Callable) -> None:
-    from tformer_lib.layers import EncoderLayer
+    from tformer_lib.parts.layers import EncoderLayer
 
     for g in random_cases(3, seed=203):
         n_heads = draw_choice(g, [2, 4])

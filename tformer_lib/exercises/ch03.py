@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from tformer_lib.attention import fast_scaled_dot_product_attention, scaled_dot_product_attention
+from tformer_lib.parts.attention import fast_scaled_dot_product_attention, scaled_dot_product_attention
 from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from tformer_lib.attention import MultiHeadAttention, fast_scaled_dot_product_attention, scaled_dot_product_attention
+from tformer_lib.parts.attention import MultiHeadAttention, fast_scaled_dot_product_attention, scaled_dot_product_attention
 from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,
@@ -202,8 +202,8 @@ def check_fixed_mha_forward(fn: Callable[..., Any], *, verbose: bool = True) -> 
 
 def check_layer_param_count(fn: Callable[..., Any], *, verbose: bool = True) -> CheckResult:
     """检查 ``fn(d_model, d_ff, decoder) -> int``：``EncoderLayer`` / ``DecoderLayer``（``decoder=True``）的参数个数。"""
-    from tformer_lib.layers import DecoderLayer, EncoderLayer
-    from tformer_lib.model import count_parameters
+    from tformer_lib.parts.layers import DecoderLayer, EncoderLayer
+    from tformer_lib.translation.model import count_parameters
 
     def variants(d: int, f: int, decoder: bool) -> list[tuple[int, str, str]]:
         n_attn, n_ln = (2, 3) if decoder else (1, 2)
@@ -263,7 +263,7 @@ def _changed_truth(T: int, t: int, causal: bool, t_is_pad: bool) -> list[bool]:
 
 def changed_positions_experiment(T: int, t: int, causal: bool, t_is_pad: bool, seed: int = 0) -> list[bool]:
     """用真实的 ``MultiHeadAttention`` 做实验：改掉位置 ``t`` 的输入，返回每个输出位置是否改变。"""
-    from tformer_lib.masks import causal_mask, combine_masks
+    from tformer_lib.parts.masks import causal_mask, combine_masks
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

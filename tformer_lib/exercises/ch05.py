@@ -5,8 +5,8 @@
 未通过 → ❌ 加一句点名常见错误的提示（忘了 BOS 或 EOS、因果掩码与填充掩码只用了一个或用“或”合并、
 每一步都重跑编码器、没把新词接回输入、取了 BOS 位置的输出、不在 EOS 处停下、有缓存却仍送入整个前缀……）。
 
-贪心解码的两个检查器在一个很小的、随机初始化的 :class:`~tformer_lib.model.Transformer` 上运行（建模型时
-不动读者的全局随机状态），参考答案是库里的 :func:`~tformer_lib.decoding.greedy_decode`。
+贪心解码的两个检查器在一个很小的、随机初始化的 :class:`~tformer_lib.translation.model.Transformer` 上运行（建模型时
+不动读者的全局随机状态），参考答案是库里的 :func:`~tformer_lib.translation.decoding.greedy_decode`。
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tformer_lib.exercises._core import (
     random_cases,
     run_checks,
 )
-from tformer_lib.masks import causal_mask, padding_mask
+from tformer_lib.parts.masks import causal_mask, padding_mask
 from tformer_lib.specials import BOS, EOS, PAD, UNK
 
 __all__ = [
@@ -180,8 +180,8 @@ _MAX_LEN = 8
 
 def _tiny_model():
     """检查器用的小模型：随机初始化（固定种子，不动全局随机状态），词表 12 → 10，不会生成 PAD/BOS/UNK。"""
-    from tformer_lib.config import TransformerConfig
-    from tformer_lib.model import make_model
+    from tformer_lib.translation.config import TransformerConfig
+    from tformer_lib.translation.model import make_model
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
@@ -197,7 +197,7 @@ _SOURCES = ([4, 5, 6, 7], [8, 9, 10], [11, 4, 9, 5, 6], [7, 7], [10, 6, 4, 11, 8
 
 
 def _reference(model, src: torch.Tensor) -> list[int]:
-    from tformer_lib.decoding import greedy_decode
+    from tformer_lib.translation.decoding import greedy_decode
 
     return [t for t in greedy_decode(model, src, max_len=_MAX_LEN)[0].tolist() if t != PAD]
 
@@ -328,7 +328,7 @@ def _shape_of(x: Any, what: str) -> tuple[int, ...]:
 
 def _measured_cross_shapes(B: int, S: int, T: int, d_model: int, h: int) -> dict[str, tuple[int, ...]]:
     """真正运行一次库里的 MultiHeadAttention（查询来自解码器、键值来自 memory），量出各张量的形状。"""
-    from tformer_lib.attention import MultiHeadAttention
+    from tformer_lib.parts.attention import MultiHeadAttention
 
     mha = MultiHeadAttention(d_model, h).eval()
     dec = torch.zeros(B, T, d_model)  # 解码器一侧 (B, T, d_model)
@@ -384,7 +384,7 @@ def check_cross_attention_shapes(fn: Callable[[int, int, int, int, int], dict], 
                                  ) -> CheckResult:
     """检查 ``fn(B, S, T, d_model, n_heads)``：预测交叉注意力里 Q、K、V、权重与输出的形状。
 
-    检查器在几组随机大小（T ≠ S）上**真正运行**库里的 :class:`~tformer_lib.attention.MultiHeadAttention`
+    检查器在几组随机大小（T ≠ S）上**真正运行**库里的 :class:`~tformer_lib.parts.attention.MultiHeadAttention`
     （查询 = 解码器一侧的 ``(B, T, d_model)``，键/值 = memory ``(B, S, d_model)``），把量到的形状与预测对照。
     """
     return run_checks("交叉注意力的形状", fn,
@@ -396,7 +396,7 @@ def check_cross_attention_shapes(fn: Callable[[int, int, int, int, int], dict], 
 
 def _decoder_case(g: torch.Generator, S: int, T: int):
     """一个随机的 post-LN 解码器层（不带 dropout）和一组输入：x (B, T, d)、memory (B, S, d) 与两个掩码。"""
-    from tformer_lib.layers import DecoderLayer
+    from tformer_lib.parts.layers import DecoderLayer
 
     h = draw_int(g, 1, 3)
     d_model = 4 * h * draw_int(g, 1, 2)
@@ -461,7 +461,7 @@ def _cross_fix_values(f: Callable) -> None:
 def check_cross_attention_fix(fn: Callable, *, verbose: bool = True) -> CheckResult:
     """检查改正后的 ``fn(layer, x, memory, src_mask, tgt_mask)``：与 ``layer(x, memory, src_mask, tgt_mask)`` 相同。
 
-    在几个随机初始化的 post-LN :class:`~tformer_lib.layers.DecoderLayer` 上比较，原文长度 S 与译文前缀长度 T
+    在几个随机初始化的 post-LN :class:`~tformer_lib.parts.layers.DecoderLayer` 上比较，原文长度 S 与译文前缀长度 T
     先相等（方向写反也能算出数，只是错的）、再不等。
     """
     return run_checks("找错：交叉注意力的方向", fn,
@@ -485,8 +485,8 @@ def transformer_params_formula(src_vocab: int, tgt_vocab: int, d_model: int, d_f
 
 def _counted_params(src_vocab: int, tgt_vocab: int, d_model: int, d_ff: int, n_layers: int) -> int:
     """真正建一个模型数参数（只用于小尺寸；建模型时不动全局随机状态）。"""
-    from tformer_lib.config import TransformerConfig
-    from tformer_lib.model import count_parameters, make_model
+    from tformer_lib.translation.config import TransformerConfig
+    from tformer_lib.translation.model import count_parameters, make_model
 
     with torch.random.fork_rng(devices=[]):
         model = make_model(TransformerConfig(src_vocab, tgt_vocab, d_model=d_model, n_heads=2, d_ff=d_ff,
@@ -533,9 +533,9 @@ def check_transformer_params(fn: Callable[[int, int, int, int, int], Any], *, ve
     小尺寸时检查器真的建一个模型用 ``count_parameters`` 数（几组随机大小），论文尺寸时用闭式解；
     认得把位置编码算成参数、漏了输出层或它的偏置、解码器层按编码器层算、只数一层等错误。
     """
-    from tformer_lib.config import TransformerConfig
-    from tformer_lib.layers import DecoderLayer, EncoderLayer
-    from tformer_lib.model import count_parameters, make_model
+    from tformer_lib.translation.config import TransformerConfig
+    from tformer_lib.parts.layers import DecoderLayer, EncoderLayer
+    from tformer_lib.translation.model import count_parameters, make_model
 
     # 推导题：建模型去数（小尺寸时）、或借用检查器自己的闭式解，都绕过了推导，检查器不收
     return run_checks("整个模型的参数量", fn,

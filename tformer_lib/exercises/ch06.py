@@ -342,7 +342,7 @@ _AGREEMENT_N = 300
 @functools.lru_cache(maxsize=1)
 def _toy_model():
     """第 5、6 章的玩具翻译模型（随库附带，读一次后缓存）。"""
-    from tformer_lib.pretrained import load_or_train_toy_model
+    from tformer_lib.translation.pretrained import load_or_train_toy_model
 
     with torch.random.fork_rng(devices=[]):
         model, src_vocab, _, _ = load_or_train_toy_model()
@@ -351,7 +351,7 @@ def _toy_model():
 
 def exact_greedy_agreement(model, src: torch.Tensor, temperature: float) -> float:
     """按温度 T 采样时，整句恰好等于贪心译文的精确概率：每一步选中贪心那个词的概率之积（教师强制一次算出）。"""
-    from tformer_lib.decoding import forbid_special_tokens, greedy_decode
+    from tformer_lib.translation.decoding import forbid_special_tokens, greedy_decode
     from tformer_lib.specials import BOS, EOS
 
     with torch.no_grad():

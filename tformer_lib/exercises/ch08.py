@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from ..config import TransformerConfig
-from ..costs import decoder_layer_flops, largest_tensor_bytes
-from ..flash import tiled_attention
+from ..translation.config import TransformerConfig
+from ..measurement.costs import decoder_layer_flops, largest_tensor_bytes
+from ..parts.flash import tiled_attention
 from ._core import (
     CheckResult,
     Mistake,
@@ -147,7 +147,7 @@ def check_decoder_crossover(fn: Callable[[int, int], Any], *, verbose: bool = Tr
 def check_tiled_peak_bytes(fn: Callable[[int, int, int, int, int], Any], *, verbose: bool = True) -> CheckResult:
     """检查 ``fn(batch, heads, n, d_k, block_size) -> bytes``：对 float32 的自注意力输入 ``(B, h, n, d_k)``
     （``d_v = d_k``）运行 ``tiled_attention(q, k, v, block_size=…)`` 时，途中最大的一个张量占多少字节。
-    检查器用 :func:`~tformer_lib.costs.largest_tensor_bytes` 实测后比较。"""
+    检查器用 :func:`~tformer_lib.measurement.costs.largest_tensor_bytes` 实测后比较。"""
 
     def one(f, B: int, h: int, n: int, d_k: int, b: int) -> None:
         g = torch.Generator().manual_seed(B * 1000 + h * 100 + n)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from tformer_lib.attention import scaled_dot_product_attention
+from tformer_lib.parts.attention import scaled_dot_product_attention
 from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,
@@ -38,10 +38,10 @@ from tformer_lib.exercises._core import (
 )
 from tformer_lib.lm.config import LMConfig
 from tformer_lib.lm.model import make_lm
-from tformer_lib.masks import causal_mask
-from tformer_lib.model import count_parameters
-from tformer_lib.norms import RMSNorm
-from tformer_lib.positional import apply_rope
+from tformer_lib.parts.masks import causal_mask
+from tformer_lib.translation.model import count_parameters
+from tformer_lib.parts.norms import RMSNorm
+from tformer_lib.parts.positional import apply_rope
 
 __all__ = [
     "check_rms_equals_layer",
@@ -315,7 +315,7 @@ def check_interleaved_to_halves(fn: Callable[..., Any], *, verbose: bool = True)
 def _model_answers() -> tuple:
     """推导题要读者从配置算出来：建一个模型再去数参数就绕过了推导，检查器不收。"""
     from tformer_lib.lm import DecoderOnlyLM, LMCache
-    from tformer_lib.memory import parameter_count
+    from tformer_lib.measurement.memory import parameter_count
 
     return (make_lm, DecoderOnlyLM, LMCache, count_parameters, parameter_count)
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tformer_lib.costs import saved_tensor_bytes
+from tformer_lib.measurement.costs import saved_tensor_bytes
 from tformer_lib.exercises._core import (
     CheckResult,
     Mistake,
@@ -33,8 +33,8 @@ from tformer_lib.exercises._core import (
     random_cases,
     run_checks,
 )
-from tformer_lib.feedforward import PositionwiseFeedForward
-from tformer_lib.memory import BYTES_PER_PARAMETER, measured_model_state_bytes
+from tformer_lib.parts.feedforward import PositionwiseFeedForward
+from tformer_lib.measurement.memory import BYTES_PER_PARAMETER, measured_model_state_bytes
 
 __all__ = [
     "check_model_state_bytes",
@@ -109,7 +109,7 @@ def check_model_state_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> 
             key, hint = known.get(got, ("values", "按每个参数几个字节逐项加起来：参数、梯度、（混合精度的）主权重、优化器的每个矩"))
             raise Mistake(f"{call} 返回 {got}，应为 {want}。{hint}", key=key)
 
-    from tformer_lib.memory import model_state_bytes
+    from tformer_lib.measurement.memory import model_state_bytes
 
     return run_checks("训练的模型状态字节数", fn, [("12 个随机大小的模型：fp32 与混合精度 × AdamW、带动量的 SGD、SGD", cases)],
                       verbose=verbose, forbidden=(model_state_bytes, measured_model_state_bytes))
@@ -148,7 +148,7 @@ def check_ffn_activation_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
             compare_number(f(B, T, d_ff, activation), want, variants=[v for v in variants if v.value != want],
                            what=f"{call} 的返回值", default_hint=f"{call} 实测为 {want} 字节")
 
-    from tformer_lib.memory import lm_activation_bytes, measure_activation_bytes
+    from tformer_lib.measurement.memory import lm_activation_bytes, measure_activation_bytes
 
     return run_checks("前馈网络保存的激活字节数", fn, [("9 个随机尺寸，三种激活函数", cases)], verbose=verbose,
                       forbidden=(saved_tensor_bytes, lm_activation_bytes, measure_activation_bytes, PositionwiseFeedForward))
@@ -283,7 +283,7 @@ def check_fp16_overflow(fn: Callable[..., Any], *, verbose: bool = True) -> Chec
                       f"{'上溢成 inf' if want else '没有上溢'}，你预测{'不会' if want else '会'}（{len(wrong)}/{len(rows)} 组答错）。"
                       f"{what} = {largest:g}，与 65504 比", key="values")
 
-    from tformer_lib.precision import fp16_overflow
+    from tformer_lib.measurement.precision import fp16_overflow
 
     return run_checks("float16 的注意力分数会不会上溢", fn, [("24 组随机的值与维度（先乘后除、先除后乘各 12 组，有的离边界只差 8%）", cases)],
                       verbose=verbose,

@@ -231,8 +231,8 @@ def check_linear_intensity(fn: Callable[..., Any], *, verbose: bool = True) -> C
 
     from torch.utils.flop_counter import FlopCounterMode
 
-    from tformer_lib.costs import measure_flops
-    from tformer_lib.profiling import count_training_flops
+    from tformer_lib.measurement.costs import measure_flops
+    from tformer_lib.measurement.profiling import count_training_flops
 
     return run_checks("线性层的算术强度", fn, [("8 组随机的批大小、维度与精度（含 B=1 与 B=1024）", cases)],
                       verbose=verbose, forbidden=(FlopCounterMode, measure_flops, count_training_flops))

@@ -12,7 +12,7 @@
 - :func:`check_predict_dropped`（预测再验证）：只看每个专家分到的任务数，预测容量因子（capacity factor）为 c 时一共丢掉几份任务——
   检查器真的跑一个路由器、按容量分派，数出丢掉的任务与读者的预测对照；``expert_capacity`` 等禁用；
 - :func:`check_scaled_rope_frequencies`（实现）：位置插值（position interpolation, PI）与 NTK-aware 缩放后的 RoPE 频率——
-  与 :func:`~tformer_lib.rope_scaling.rope_frequencies` 比较，库里的函数禁用。
+  与 :func:`~tformer_lib.parts.rope_scaling.rope_frequencies` 比较，库里的函数禁用。
 
 每个检查器都在多组随机情形上调用读者的函数，桩（stub）→ “⏳ 尚未完成”，不抛异常。
 
@@ -398,7 +398,7 @@ def check_merge_partials(fn: Callable[..., Any], *, verbose: bool = True) -> Che
     所以“换成 float64 再照原样算”或“减去一个常数”都不算改好（❌ ``overflow``）。
 
     禁用（❌ ``library_call``，直接、经由别名/``getattr``/默认参数/可调用对象/代码副本都算）：
-    ``buggy_merge_partials`` 本身（题目给的错版本），``tformer_lib.flash`` 的 ``tiled_attention``、``online_softmax``，
+    ``buggy_merge_partials`` 本身（题目给的错版本），``tformer_lib.parts.flash`` 的 ``tiled_attention``、``online_softmax``，
     ``F.scaled_dot_product_attention``，以及检查器自己的参考实现。``torch.logsumexp``、``torch.logaddexp`` 可以用。"""
     import torch.nn.functional as F
 
@@ -455,7 +455,7 @@ def check_merge_partials(fn: Callable[..., Any], *, verbose: bool = True) -> Che
             compare(out, want, what=f"p={p}、{layout} 切法的进程 {rank} 沿环并完全部 {p} 块之后的输出", atol=1e-4, rtol=1e-4,
                     default_hint="一块块合并的结果应与整条序列一次 softmax 注意力的对应行相同")
 
-    from tformer_lib.flash import online_softmax, tiled_attention
+    from tformer_lib.parts.flash import online_softmax, tiled_attention
 
     return run_checks("合并两块注意力的部分结果", fn,
                       [("6 组随机的两块（含 LSE 在几百与 ±1000 上下的大分数、整块被屏蔽、两块都空的行）", pairs),
@@ -534,14 +534,14 @@ def check_scaled_rope_frequencies(fn: Callable[..., Any], *, verbose: bool = Tru
     """检查 ``fn(d, base, kind, factor) -> theta``：每头维度 ``d``（偶数）、RoPE 的 ``base``，``kind`` 为 ``"linear"``
     （位置插值：所有频率除以 s）或 ``"ntk"``（NTK-aware：base 换成 :math:`b\\,s^{d/(d-2)}`），``factor`` = s；
     返回缩放后的 d/2 个频率 :math:`\\theta'_i` ``(d/2,)``（未缩放时 :math:`\\theta_i = b^{-2i/d}`）。
-    与 :func:`~tformer_lib.rope_scaling.rope_frequencies` 比较。
+    与 :func:`~tformer_lib.parts.rope_scaling.rope_frequencies` 比较。
 
-    禁用（❌ ``library_call``）：``tformer_lib.rope_scaling`` 里的 ``rope_frequencies``、``scaled_rope_angles``、
-    ``yarn_attention_factor``、``RopeScaling``，``tformer_lib.positional`` 的 ``rope_angles``、``apply_rope``、
+    禁用（❌ ``library_call``）：``tformer_lib.parts.rope_scaling`` 里的 ``rope_frequencies``、``scaled_rope_angles``、
+    ``yarn_attention_factor``、``RopeScaling``，``tformer_lib.parts.positional`` 的 ``rope_angles``、``apply_rope``、
     ``RopeTables``——直接、经由别名/``getattr``/默认参数/可调用对象/代码副本，或经由别的库代码执行到它们都算：
     ``LMConfig(rope_scaling=…)``（它构造 ``RopeScaling``、调用 ``rope_frequencies``）、``make_lm(cfg).rope_tables(…)``、
     注意力层里的 RoPE 表都走这几条路。"""
-    from tformer_lib import rope_scaling
+    from tformer_lib.parts import rope_scaling
 
     def cases(f):
         for i, g in enumerate(random_cases(8, seed=166)):
@@ -573,7 +573,7 @@ def check_scaled_rope_frequencies(fn: Callable[..., Any], *, verbose: bool = Tru
             compare(got, want, variants=_distinct(variants, want), what=f"{call}的结果", atol=1e-12, rtol=1e-5,
                     default_hint=f"{call}：linear 是 θ_i / s；ntk 是 (b·s^(d/(d−2)))^(−2i/d)")
 
-    from tformer_lib.positional import RopeTables, apply_rope, rope_angles
+    from tformer_lib.parts.positional import RopeTables, apply_rope, rope_angles
 
     return run_checks("缩放后的 RoPE 频率", fn, [("8 组随机的 d、base、缩放方式与倍数（含 d = 128、s = 4）", cases)],
                       verbose=verbose, forbidden=(rope_scaling.rope_frequencies, rope_scaling.scaled_rope_angles,

@@ -237,7 +237,7 @@ def check_lora_state_bytes(fn: Callable[..., Any], *, verbose: bool = True) -> C
                                         "4（权重）+ 4（梯度）+ 8（m 与 v）字节")
 
     from tformer_lib.finetune import finetune_memory
-    from tformer_lib.memory import model_state_bytes
+    from tformer_lib.measurement.memory import model_state_bytes
 
     return run_checks("LoRA 微调的模型状态字节", fn, [("LLaMA-2-7B/70B 与 4 个随机的真实模型、秩与目标层", sizes)],
                       verbose=verbose, forbidden=(finetune_memory, model_state_bytes))

@@ -137,7 +137,7 @@ def check_positional_encoding(fn: Callable[[int, int], Any], *, verbose: bool = 
                         "你的结果转置了", ref.T),
             ])
 
-    from tformer_lib.positional import SinusoidalPositionalEncoding, sinusoidal_positional_encoding
+    from tformer_lib.parts.positional import SinusoidalPositionalEncoding, sinusoidal_positional_encoding
 
     return run_checks("正弦余弦位置编码", fn, [("几组随机大小下与论文公式一致", values)], verbose=verbose,
                       forbidden=(sinusoidal_positional_encoding, SinusoidalPositionalEncoding))

@@ -138,7 +138,7 @@ def measure_document_masking(seeds=(0, 1), steps: int | None = None, verbose: bo
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
+    from ..measurement.benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
 
     p = measurement_parser("tformer_lib.experiments.document_masking",
                            "第 9 章：打包训练时只用因果掩码 vs 文档掩码，在唐诗上的实测")

@@ -33,7 +33,7 @@ from ..lm.data import encode_documents, loss_targets, split_documents, stream_bl
 from ..lm.model import make_lm
 from ..lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
 from ..lm.training import LMTrainer
-from ..rope_scaling import RopeScaling
+from ..parts.rope_scaling import RopeScaling
 from ..seed import set_seed
 from ..specials import PAD
 
@@ -191,7 +191,7 @@ def summary(result: dict, eval_len: int = MAX_LEN) -> dict[str, dict[str, float]
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
+    from ..measurement.benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
 
     p = measurement_parser("tformer_lib.experiments.long_context", "第 16 章：在 64 上训练的模型读 128 与 256 个词元")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

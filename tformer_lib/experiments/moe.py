@@ -29,7 +29,7 @@ from ..lm.data import encode_documents, loss_targets, pack_documents, split_docu
 from ..lm.model import make_lm
 from ..lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
 from ..lm.training import LMTrainer
-from ..model import count_parameters
+from ..translation.model import count_parameters
 from ..seed import set_seed
 from ..specials import PAD
 
@@ -135,7 +135,7 @@ def _train(arm: str, seed: int, data: dict, valid, t: dict) -> tuple[dict, objec
 
 def _step_times(models: dict, blocks: torch.Tensor, batch_size: int, rounds: int = 5) -> dict[str, float]:
     """各组训练一步（前向 + 反向 + AdamW）的中位毫秒数，交替计时。"""
-    from ..benchmarking import interleaved_samples
+    from ..measurement.benchmarking import interleaved_samples
 
     trainers = {arm: LMTrainer(m, blocks, None, batch_size=batch_size, total_steps=10_000, progress=False)
                 for arm, m in models.items()}
@@ -173,7 +173,7 @@ def measure_moe(seeds=(0, 1), steps: int | None = None, arms=tuple(MOE_ARMS), ve
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
+    from ..measurement.benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
 
     p = measurement_parser("tformer_lib.experiments.moe", "第 16 章：稠密 FFN vs 混合专家（同样的激活参数）在唐诗上的实测")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

@@ -103,7 +103,7 @@ def summarize(result: dict) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
+    from ..measurement.benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
     from ..lm import load_poem_model
 
     p = measurement_parser("tformer_lib.finetune.measure", "第 17 章：全量微调 vs LoRA vs QLoRA 在一位诗人上的实测")

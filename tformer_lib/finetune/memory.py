@@ -7,7 +7,7 @@ QLoRA 的 int4 约 0.5 字节外加比例因子，:func:`~tformer_lib.quant.weig
 激活也变了，而且不止是“多了支路的一点”：autograd 只为**要求梯度**的输入保存反向所需的张量。冻结的线性层
 ``y = x Wᵀ`` 求 ∂L/∂x 只要 W（本来就在内存里），不必保存 x；冻结的词嵌入不必保存词元 id；第一块的第一个归一化
 的输入不要求梯度，什么也不存。:func:`lora_activation_bytes` 沿残差流追踪“从这里往后是否要求梯度”，逐项给出
-保存的字节，与 :func:`~tformer_lib.memory.measure_activation_bytes` 的实测逐字节相等（测试核对几种配置与目标组合）。
+保存的字节，与 :func:`~tformer_lib.measurement.memory.measure_activation_bytes` 的实测逐字节相等（测试核对几种配置与目标组合）。
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import one_of, positive_int
-from ..memory import concat_copies, sdpa_kv_bytes, lm_activation_bytes, model_state_bytes
+from ..measurement.memory import concat_copies, sdpa_kv_bytes, lm_activation_bytes, model_state_bytes
 from ..quant.sizes import linear_shapes, parameter_count, weight_bytes
 from .lora import check_targets
 
@@ -66,7 +66,7 @@ def lora_activation_bytes(config, batch: int, length: int, targets=("w_q", "w_v"
                           bytes_per_element: int = 4) -> dict[str, int]:
     r"""LoRA 微调（底座与嵌入全部冻结）一次“前向 + 交叉熵”为反向保存的激活字节，按部分列出，另含 ``"total"``。
 
-    与全量微调（:func:`~tformer_lib.memory.lm_activation_bytes`）相比：
+    与全量微调（:func:`~tformer_lib.measurement.memory.lm_activation_bytes`）相比：
 
     * ``embedding`` 为 0：冻结的词嵌入与位置嵌入不存 id；
     * ``linear_inputs``：只有**被适配**的层要存输入（给 ∂L/∂A 用）：W^Q/W^K/W^V 共用一份，W_1（与 W_3）共用一份；
@@ -137,7 +137,7 @@ def finetune_memory(config, method: str, *, batch: int, length: int, rank: int =
     """一个微调步的账本（纯公式，不造模型）：``weights``（全部权重：冻结的底座 + 可训练的参数）、``grads``、
     ``adam``（m 与 v）、``activations`` 与 ``total``，另含 ``trainable``（可训练参数个数）。
 
-    * ``"full"``：全部参数 float32 训练（每个参数 16 字节）+ :func:`~tformer_lib.memory.lm_activation_bytes`；
+    * ``"full"``：全部参数 float32 训练（每个参数 16 字节）+ :func:`~tformer_lib.measurement.memory.lm_activation_bytes`；
     * ``"lora"``：底座按 ``base_format``（默认 ``"fp32"``；真实模型常用 ``"bf16"``）冻结，支路 float32 训练
       （peft 默认也把支路升成 float32；:func:`~tformer_lib.finetune.apply_lora` 的支路跟随底座的 dtype，
       所以在 bf16 的模型上要与这一行相符，需先把支路 ``.float()``）；

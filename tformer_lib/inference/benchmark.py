@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from ..benchmarking import machine_info, ratio_summary, save_results
+from ..measurement.benchmarking import machine_info, ratio_summary, save_results
 from ..lm.generate import generate
-from ..profiling import matmul_peak_flops
+from ..measurement.profiling import matmul_peak_flops
 from ..serving.roofline import measure_memory_bandwidth
 from ..serving.speculative import expected_speedup
 from .breakdown import profile_breakdown

@@ -2,7 +2,7 @@
 
 FLOPs 与字节用第 13 章的闭式公式（:func:`tformer_lib.serving.roofline.decode_cost`）；这台机器的两个速率现场测：
 带宽用一个远大于缓存的复制内核（:func:`~tformer_lib.serving.roofline.measure_memory_bandwidth`），
-矩阵乘法速率用一个大方阵乘法（:func:`~tformer_lib.profiling.matmul_peak_flops`）。
+矩阵乘法速率用一个大方阵乘法（:func:`~tformer_lib.measurement.profiling.matmul_peak_flops`）。
 权重每步都从主内存读时，任何实现都不可能比这两个下限更快；实测每步耗时 ÷ 下限 = “离极限还有几倍”。
 
 小模型的权重（1.38 M 参数 × 4 字节 ≈ 5.5 MB）能放进 CPU 的末级缓存，那时真正的字节下限比按主内存带宽算的还低：

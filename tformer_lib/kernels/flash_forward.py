@@ -2,7 +2,7 @@ r"""第四个内核：FlashAttention 前向（forward）——把第 8 章的在
 
 一个程序实例负责一块 ``BLOCK_M`` 个查询（一个头里）：先把这块 Q 读进片上，然后沿键的方向每次读
 ``BLOCK_N`` 个键与值，算出这一小块分数 :math:`S = QK^\top/\sqrt{d}`，用与
-:func:`tformer_lib.flash.tiled_attention` 完全相同的三样运行量更新——运行最大值 ``m``、
+:func:`tformer_lib.parts.flash.tiled_attention` 完全相同的三样运行量更新——运行最大值 ``m``、
 分母 ``l``、累加器 ``acc``，旧量乘修正因子 :math:`e^{m_{old}-m_{new}}`。读完最后一块，``acc / l``
 就是精确的注意力输出。分数表 S 与权重表 P 从不写回显存：这正是它比朴素注意力省下的字节
 （:mod:`.io_bytes` 给出两者的闭式公式，:mod:`.io_count` 从内核自己的读写数出来核对）。

@@ -6,7 +6,7 @@
 import torch
 
 from .._checks import positive_int
-from ..kv_cache import AttentionCache
+from ..parts.kv_cache import AttentionCache
 from .config import LMConfig
 
 

@@ -4,8 +4,8 @@ import math
 from dataclasses import asdict, dataclass
 
 from .._checks import finite_positive, positive_int
-from ..norms import NORM_KINDS
-from ..rope_scaling import RopeScaling, rope_frequencies
+from ..parts.norms import NORM_KINDS
+from ..parts.rope_scaling import RopeScaling, rope_frequencies
 from ..specials import PAD
 
 POSITIONAL_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")

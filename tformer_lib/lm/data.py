@@ -25,7 +25,7 @@ import torch
 
 from .._checks import non_empty_sequence, positive_int, tensor_with_dim
 from ..data.poems import Poem, load_poems
-from ..masks import causal_mask
+from ..parts.masks import causal_mask
 from ..specials import BOS, EOS, PAD
 from ..text import CharTokenizer
 

@@ -8,11 +8,11 @@
 - ``mistral``：同 llama、没有偏置，另有滑动窗口 ``sliding_window``；
 - ``qwen2``：同 llama，只有 q/k/v 带偏置。
 
-HF 的 RoPE 是“前后两半”（rotate-half）的约定，与 :func:`~tformer_lib.positional.apply_rope` 相同，权重无需重排。
+HF 的 RoPE 是“前后两半”（rotate-half）的约定，与 :func:`~tformer_lib.parts.positional.apply_rope` 相同，权重无需重排。
 权重按名字对应：``q_proj/k_proj/v_proj/o_proj`` → ``w_q/w_k/w_v/w_o``，``gate_proj`` → ``w_1``、
 ``up_proj`` → ``w_3``、``down_proj`` → ``w_2``；GPT-2 的 ``Conv1D`` 存的是转置的矩阵（``x @ W``），
 融合的 ``c_attn`` 按输出维切成 q、k、v 三份。RoPE 缩放只收 ``linear``（位置插值）与 ``yarn``（第 16 章，
-:mod:`tformer_lib.rope_scaling`，与 transformers 逐项相同）。
+:mod:`tformer_lib.parts.rope_scaling`，与 transformers 逐项相同）。
 
 我们表达不了的设置（别的 RoPE 缩放、比上下文短的滑动窗口、别的激活函数……）一律报错并指出字段名，
 绝不悄悄给出一个不同的模型。
@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..rope_scaling import RopeScaling, yarn_attention_factor
+from ..parts.rope_scaling import RopeScaling, yarn_attention_factor
 from .config import LMConfig
 from .hf_tokenizer import read_tokenizer_dir
 from .hf_weights import UnsupportedHFConfig, hf_to_lm_state
@@ -68,7 +68,7 @@ HF_DEFAULT_CONTEXT = {"llama": 2048, "qwen2": 32768, "mistral": 4096 * 32}
 
 
 def _rope_scaling(hf: dict, fields: dict, where: str, context: int) -> RopeScaling | None:
-    """HF 的 RoPE 缩放设置 → :class:`~tformer_lib.rope_scaling.RopeScaling`：只收与本库逐项相同的 ``linear`` 与 ``yarn``。
+    """HF 的 RoPE 缩放设置 → :class:`~tformer_lib.parts.rope_scaling.RopeScaling`：只收与本库逐项相同的 ``linear`` 与 ``yarn``。
 
     YaRN 的训练长度与 transformers 取法相同：顶层的 ``original_max_position_embeddings``（Phi-3 的写法）优先，
     其次缩放设置里的同名字段，都没有时是 ``max_position_embeddings``（``context``）。

@@ -8,8 +8,8 @@ ReLU/GELU 与普通多头注意力，所以孪生只覆盖这些选项（RMSNorm
 import torch
 from torch import nn
 
-from ..masks import causal_mask
-from ..positional import sinusoidal_positional_encoding
+from ..parts.masks import causal_mask
+from ..parts.positional import sinusoidal_positional_encoding
 from .config import LMConfig
 from .model import DecoderOnlyLM
 

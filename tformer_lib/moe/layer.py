@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .._checks import dropout_rate, flag, last_dim, module_dtype, positive_int
-from ..feedforward import PositionwiseFeedForward
+from ..parts.feedforward import PositionwiseFeedForward
 from .dispatch import combine, dispatch, expert_capacity, plan_dispatch, within_capacity
 from .router import Routing, TopKRouter, load_balancing_loss, router_z_loss
 

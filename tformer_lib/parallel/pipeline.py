@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import positive_int
-from ..positional import RopeTables
+from ..parts.positional import RopeTables
 from ..lm.data import loss_targets
 from ..specials import PAD
 from .comm import record, recording

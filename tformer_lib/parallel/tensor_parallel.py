@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import finite_positive, positive_int
-from ..attention import MultiHeadAttention, scaled_dot_product_attention
-from ..feedforward import PositionwiseFeedForward
+from ..parts.attention import MultiHeadAttention, scaled_dot_product_attention
+from ..parts.feedforward import PositionwiseFeedForward
 from .comm import record, recording
 
 __all__ = ["CopyToParallel", "ReduceFromParallel", "column_shard", "row_shard", "TensorParallelFFN",

@@ -100,7 +100,7 @@ def run_throughput_rounds(rounds: int = 5, steps: int = 5, batch_size: int = 16,
 
 def write_throughput_results(path=THROUGHPUT_RESULTS, **kwargs):
     """（维护者用）跑 :func:`run_throughput_rounds`，连同命令、机器、日期写成 JSON（临时文件 + 改名）。"""
-    from ..benchmarking import machine_info
+    from ..measurement.benchmarking import machine_info
 
     info = machine_info()  # 开始时的平均负载
     start = time.perf_counter()

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 from .._checks import positive_int
-from ..attention import scaled_dot_product_attention
-from ..masks import causal_mask
+from ..parts.attention import scaled_dot_product_attention
+from ..parts.masks import causal_mask
 from .all_to_all import AllToAll
 from .ring_attention import check_local_qkv
 

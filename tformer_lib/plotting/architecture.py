@@ -5,7 +5,7 @@
 - :func:`plot_transformer_architecture`：完整的编码器–解码器（论文图 1），从 ``src``/``tgt_in`` 到输出概率。
 
 图里的每个方框都写着它在库里的名字（``src_embed``、``self_attn``、``cross_attn``、``feed_forward``、
-``residual_ffn.norm``、``generator``……），测试会逐个检查这些名字在 :class:`~tformer_lib.model.Transformer`
+``residual_ffn.norm``、``generator``……），测试会逐个检查这些名字在 :class:`~tformer_lib.translation.model.Transformer`
 上真的存在，所以图和代码不会悄悄分家。
 """
 
@@ -176,7 +176,7 @@ def plot_layer_norm_placement(layer: str = "encoder", *, title: str | None = Non
     layer : ``"encoder"``（两个子层：自注意力、前馈网络）或 ``"decoder"``（三个子层，多一个交叉注意力）。
     title : 总标题，默认自动生成。
 
-    两边画的是同一个 :class:`~tformer_lib.layers.EncoderLayer`/``DecoderLayer``，只差构造参数 ``norm_first``：
+    两边画的是同一个 :class:`~tformer_lib.parts.layers.EncoderLayer`/``DecoderLayer``，只差构造参数 ``norm_first``：
 
     - post-LN（论文，默认）：``x = LayerNorm(x + Dropout(子层(x)))``——每个子层之后归一化，主干上每层有两三次 LayerNorm；
     - pre-LN：``x = x + Dropout(子层(LayerNorm(x)))``——只归一化子层的输入，输入到输出有一条只经过加法的直通路径，
@@ -225,7 +225,7 @@ def plot_transformer_architecture(config: Any = None, *, norm_first: bool | None
 
     参数
     ----
-    config : :class:`~tformer_lib.config.TransformerConfig`；给出时标题里写它的层数、``d_model``、头数、
+    config : :class:`~tformer_lib.translation.config.TransformerConfig`；给出时标题里写它的层数、``d_model``、头数、
         ``d_ff`` 与词表大小，LayerNorm 的位置取 ``config.norm_first``。省略时画论文的基础模型（N = 6，post-LN）。
     norm_first : 覆盖 LayerNorm 的位置（``False`` post-LN，``True`` pre-LN）；省略时取 ``config`` 的设置。
 

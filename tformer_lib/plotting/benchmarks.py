@@ -1,6 +1,6 @@
 """基准测试结果的图：逐轮比值的分布（点 + 中位数 + 四分位范围），以及整套基准结果的两幅图。
 
-数据来自 :mod:`tformer_lib.benchmarking`（随包附带的结果文件或本次运行）；图里只画测量本身，
+数据来自 :mod:`tformer_lib.measurement.benchmarking`（随包附带的结果文件或本次运行）；图里只画测量本身，
 标题写明在哪台机器、几个线程、什么时候测的。
 """
 
@@ -58,10 +58,10 @@ def plot_ratio_spread(groups: Mapping[str, Sequence[float]], *, title: str | Non
 
 def plot_benchmark_results(results: Mapping[str, Any], *, live: Mapping[str, Any] | None = None,
                            title: str | None = None):
-    """:func:`tformer_lib.benchmarking.run_benchmarks` 的结果画成两幅“逐轮比值”图。
+    """:func:`tformer_lib.measurement.benchmarking.run_benchmarks` 的结果画成两幅“逐轮比值”图。
 
     左：训练一步 ours / ``torch.nn.Transformer``（每个配置一列；给了 ``live``——同样格式的
-    :func:`~tformer_lib.benchmarking.benchmark_train_step` 结果——就多一列“本次运行”）；
+    :func:`~tformer_lib.measurement.benchmarking.benchmark_train_step` 结果——就多一列“本次运行”）；
     右：多头注意力前向 + 反向 fast（SDPA）/ explicit，每个长度一列。总标题写明机器、线程数与日期。
     """
     train = results.get("train_step", {})

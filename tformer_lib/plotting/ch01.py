@@ -107,8 +107,8 @@ def plot_input_matrix(
     import torch
 
     from tformer_lib.data import LEXICON, Vocab
-    from tformer_lib.embedding import TokenEmbedding
-    from tformer_lib.positional import sinusoidal_positional_encoding
+    from tformer_lib.parts.embedding import TokenEmbedding
+    from tformer_lib.parts.positional import sinusoidal_positional_encoding
 
     tokens = sentence.split() if isinstance(sentence, str) else [str(t) for t in sentence]
     if not tokens:

@@ -3,7 +3,7 @@
 * :func:`plot_position_distance`：正弦余弦位置编码中，位置 ``pos`` 与 ``pos + k`` 的欧氏距离随间隔 k 的变化。
   距离只取决于 k（与起点 pos 无关），所以一条曲线就说清了“相邻近、远处远”的平滑性质。
 * :func:`plot_sequence_mixing`：RNN 的 T 步串行循环与一次自注意力的耗时随序列长度的变化
-  （数据来自 :func:`tformer_lib.recurrent.measure_sequence_mixing`，在读者自己的机器上现场测量）。
+  （数据来自 :func:`tformer_lib.parts.recurrent.measure_sequence_mixing`，在读者自己的机器上现场测量）。
 * :func:`plot_length_generalization`：不同位置编码在训练长度之内与之外的准确率。
 """
 
@@ -33,7 +33,7 @@ def plot_position_distance(
     距离平方的期望是 2，d_model/2 对加起来是 d_model）。远处的曲线向它靠拢。
     换一个 ``start`` 曲线完全不变——这正是“位移是旋转”的推论。
     """
-    from tformer_lib.positional import sinusoidal_positional_encoding
+    from tformer_lib.parts.positional import sinusoidal_positional_encoding
 
     check_positive_int(max_offset, "max_offset")
     check_positive_int(start, "start", minimum=0)
@@ -64,7 +64,7 @@ def plot_position_distance(
 def plot_sequence_mixing(result: dict, *, title: str | None = None, ax=None):
     """左轴：RNN 循环与一次自注意力的耗时（毫秒，对数纵轴）随序列长度 T 的变化；标题写明线程数。
 
-    ``result`` 是 :func:`tformer_lib.recurrent.measure_sequence_mixing` 的返回值。耗时随机器与负载变化，
+    ``result`` 是 :func:`tformer_lib.parts.recurrent.measure_sequence_mixing` 的返回值。耗时随机器与负载变化，
     所以只画图、不进正文；图里同时标出两者的串行步数（RNN 为 T，注意力为 1）。
     """
     for key in ("lengths", "rnn_seconds", "attention_seconds", "rnn_steps", "attention_steps"):

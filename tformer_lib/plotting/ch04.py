@@ -164,7 +164,7 @@ def plot_seed_curves(
     """若干个并排子图，每条曲线是几个种子（seed）的平均，阴影是种子之间的最小–最大范围。
 
     ``panels``：``{子图标题: {图例: [[种子 1 每个 epoch 的值], [种子 2 …], …]}}``；同一条曲线的各种子长度相同。
-    横轴为 1, 2, …, E（例如 epoch）。用于第 4 章的 FFN 消融实验（:mod:`tformer_lib.ablations`）。
+    横轴为 1, 2, …, E（例如 epoch）。用于第 4 章的 FFN 消融实验（:mod:`tformer_lib.experiments.ablations`）。
     """
     if not panels:
         raise ValueError("panels 不能为空")

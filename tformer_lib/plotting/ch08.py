@@ -77,7 +77,7 @@ def plot_flops_breakdown(config: Any, lengths: Sequence[int], *, batch: int = 1,
     三部分：四个线性投影（W^Q、W^K、W^V、W^O），注意力本身（QKᵀ 与 AV），前馈网络。
     投影与前馈 ∝ n，注意力 ∝ n²——两者相等处 n = 2·d_model + d_ff，图中用竖线标出（此后注意力过半）。
     """
-    from tformer_lib.costs import encoder_layer_flops
+    from tformer_lib.measurement.costs import encoder_layer_flops
 
     n = [check_positive_int(int(t), "lengths 中的值") for t in lengths]
     proj, attn, ffn = [], [], []
@@ -110,7 +110,7 @@ def plot_flops_breakdown(config: Any, lengths: Sequence[int], *, batch: int = 1,
 
 def plot_flops_share(d_model: int = 512, d_ff: int = 2048, n_heads: int = 8, max_length: int = 8192):
     """:func:`plot_flops_breakdown` 的参数版（供交互探索器用）：长度从 16 取到 ``max_length``（2 的幂）。"""
-    from tformer_lib.config import TransformerConfig
+    from tformer_lib.translation.config import TransformerConfig
 
     check_positive_int(max_length, "max_length", minimum=32)
     config = TransformerConfig(1, 1, d_model=d_model, n_heads=n_heads, d_ff=d_ff)
@@ -124,7 +124,7 @@ def plot_online_softmax(x: Any, block_size: int = 3, *, title: str | None = None
     """
     import torch
 
-    from tformer_lib.flash import online_softmax
+    from tformer_lib.parts.flash import online_softmax
 
     block_size = check_positive_int(block_size, "block_size")
     xs = torch.as_tensor(to_numpy(x, "x", ndim=1), dtype=torch.float64)  # (n,)
@@ -172,7 +172,7 @@ def plot_tiled_attention(q: Any, k: Any, block_size: int = 4, *, query_labels=No
     """
     import torch
 
-    from tformer_lib.flash import tiled_attention
+    from tformer_lib.parts.flash import tiled_attention
 
     block_size = check_positive_int(block_size, "block_size")
     qt = torch.as_tensor(to_numpy(q, "q", ndim=2), dtype=torch.float64)  # (T_q, d_k)

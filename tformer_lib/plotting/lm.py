@@ -2,7 +2,7 @@
 各种结构改动的多种子验证损失与代价（参数量、K/V 缓存、吞吐）。
 
 都是纯函数：给数据（数组、字典），返回 ``matplotlib.figure.Figure``；算这些数据的代码在
-:mod:`tformer_lib.text.explain`、:mod:`tformer_lib.lm` 与 :mod:`tformer_lib.modern_variants` 里。
+:mod:`tformer_lib.text.explain`、:mod:`tformer_lib.lm` 与 :mod:`tformer_lib.experiments.modern_variants` 里。
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def plot_variant_curves(results: Mapping[str, Any], panels: Mapping[str, Sequenc
                         labels: Mapping[str, str] | None = None, *, title: str | None = None):
     """多种子的验证损失曲线：每个面板一组对比（都含基线），每组一种颜色、每个种子一条线。
 
-    ``results``：:func:`~tformer_lib.modern_variants.load_variant_results` 的结果；``panels``：``{面板标题: [组名…]}``。
+    ``results``：:func:`~tformer_lib.experiments.modern_variants.load_variant_results` 的结果；``panels``：``{面板标题: [组名…]}``。
     """
     if not panels:
         raise ValueError("panels 为空")

@@ -2,7 +2,7 @@
 
 纯函数：:func:`plot_position_loss` 的数据是 :func:`tformer_lib.experiments.long_context.measure_long_context`
 结果里的 ``evals``（画图函数自己不训练、不评测）；:func:`plot_rope_frequencies` 只调用
-:func:`tformer_lib.rope_scaling.rope_frequencies` 算频率。方法名的中文见
+:func:`tformer_lib.parts.rope_scaling.rope_frequencies` 算频率。方法名的中文见
 :data:`tformer_lib.experiments.long_context.METHOD_LABELS`。
 """
 
@@ -160,7 +160,7 @@ def plot_rope_frequencies(d: int = 32, base: float = 10000.0, factor: float = 4.
                           title: str | None = None):
     """每对维度 i 的波长 :math:`2\\pi/\\theta_i`（对数纵轴）：不缩放、位置插值（PI）、NTK-aware、YaRN 四条线。
 
-    频率来自 :func:`~tformer_lib.rope_scaling.rope_frequencies`（``d`` 是每头维度、``base`` 是 b、``factor`` 是 s，
+    频率来自 :func:`~tformer_lib.parts.rope_scaling.rope_frequencies`（``d`` 是每头维度、``base`` 是 b、``factor`` 是 s，
     YaRN 用 ``original_max_len`` = 训练长度 L）。两条水平线是 L 与 s·L：波长比 L 长的维度在训练里连一圈都没转完。
     图上能看出：PI 把每一对的波长都乘 s；NTK 最高频（i = 0）不动、最低频正好乘 s、中间平滑过渡；YaRN 分三段——
     转得快的不动、转得慢的做 PI、中间线性过渡（浅色底是过渡段）。
@@ -168,7 +168,7 @@ def plot_rope_frequencies(d: int = 32, base: float = 10000.0, factor: float = 4.
     参数一开始就检查：``d`` 是 ≥ 4 的偶数（NTK-aware 需要至少两对），``base`` > 1，``factor`` ≥ 1，
     ``original_max_len`` 是正整数。
     """
-    from tformer_lib.rope_scaling import RopeScaling, rope_frequencies
+    from tformer_lib.parts.rope_scaling import RopeScaling, rope_frequencies
 
     d = check_positive_int(d, "d", minimum=4)  # NTK-aware 需要至少两对维度
     if d % 2:

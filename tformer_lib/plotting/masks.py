@@ -104,7 +104,7 @@ def plot_masks(
     """
     import torch
 
-    from tformer_lib.masks import causal_mask, combine_masks, padding_mask
+    from tformer_lib.parts.masks import causal_mask, combine_masks, padding_mask
     from tformer_lib.specials import PAD
 
     lengths = [int(n) for n in lengths]

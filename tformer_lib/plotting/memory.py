@@ -1,7 +1,7 @@
 """第 11 章（显存与混合精度）的图：一个训练步的内存账本、精度对比的损失曲线、剖析表里各算子的占比。
 
 都是纯函数：给数据（字典、列表），返回 ``matplotlib.figure.Figure``；算这些数据的代码在
-:mod:`tformer_lib.memory`、:mod:`tformer_lib.precision` 与 :mod:`tformer_lib.profiling` 里。
+:mod:`tformer_lib.measurement.memory`、:mod:`tformer_lib.measurement.precision` 与 :mod:`tformer_lib.measurement.profiling` 里。
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def plot_memory_account(accounts: Mapping[str, Mapping[str, int]], *, unit: floa
                         ax=None):
     """每个场景一根横向堆叠条：账本的每一项（字节，``"total"`` 等汇总键不画）按 ``unit``（默认 MiB）换算。
 
-    ``accounts``：``{场景名: {项: 字节}}``，例如 :func:`~tformer_lib.memory.model_state_bytes` 与
-    :func:`~tformer_lib.memory.lm_activation_bytes` 的结果（可合并成一个字典）。
+    ``accounts``：``{场景名: {项: 字节}}``，例如 :func:`~tformer_lib.measurement.memory.model_state_bytes` 与
+    :func:`~tformer_lib.measurement.memory.lm_activation_bytes` 的结果（可合并成一个字典）。
     """
     if not accounts:
         raise ValueError("accounts 为空：应是 {场景名: {项: 字节数}}")
@@ -74,7 +74,7 @@ def plot_memory_account(accounts: Mapping[str, Mapping[str, int]], *, unit: floa
 
 
 def plot_precision_losses(losses: Mapping[str, Sequence[float]], *, reference: str = "fp32", title: str | None = None):
-    """上：每种精度的逐步训练损失；下：与 ``reference`` 的差（:func:`~tformer_lib.precision.compare_autocast_training`）。"""
+    """上：每种精度的逐步训练损失；下：与 ``reference`` 的差（:func:`~tformer_lib.measurement.precision.compare_autocast_training`）。"""
     if reference not in losses:
         raise ValueError(f"losses 里没有参照 {reference!r}：收到 {list(losses)}")
     ref = np.asarray(losses[reference], dtype=float)
@@ -103,7 +103,7 @@ def plot_precision_losses(losses: Mapping[str, Sequence[float]], *, reference: s
 
 
 def plot_profile(rows: Sequence[Mapping], *, title: str | None = None, ax=None):
-    """剖析表（:func:`~tformer_lib.profiling.profile_step`）里各算子自身耗时的占比，横向条形图。"""
+    """剖析表（:func:`~tformer_lib.measurement.profiling.profile_step`）里各算子自身耗时的占比，横向条形图。"""
     if not rows:
         raise ValueError("rows 为空：应是 profile_step 返回的 [{name, share, …}, …]")
     for r in rows:
@@ -170,7 +170,7 @@ def plot_step_times(times: Mapping[str, Sequence[float]], *, reference: str | No
 def plot_mfu(achieved: float, peak: float, *, label: str = "一个训练步", title: str | None = None):
     """训练步（``label``）实际达到的 FLOP/s 与同一台机器上实测的矩阵乘法“峰值”并排，图注写出 MFU = 二者之比。
 
-    两个数都是同一次运行里现测的；它们随负载变化，所以只画在图上（:mod:`tformer_lib.profiling`）。
+    两个数都是同一次运行里现测的；它们随负载变化，所以只画在图上（:mod:`tformer_lib.measurement.profiling`）。
     """
     for name, value in (("achieved", achieved), ("peak", peak)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
@@ -194,9 +194,9 @@ def plot_training_memory(config, n_params: int, batch: int, length: int, *, unit
     """一个训练步的账本（公式）：同一模型、同一批，“不重算”与“激活重算”两根条（fp32 模型状态 + 激活各项）。
 
     第 11 章探索器的一帧（:func:`tformer_lib.widgets.memory.memory_explorer`）；``config`` 是
-    :class:`~tformer_lib.lm.LMConfig`，``n_params`` 是参数个数（:func:`~tformer_lib.memory.parameter_count`）。
+    :class:`~tformer_lib.lm.LMConfig`，``n_params`` 是参数个数（:func:`~tformer_lib.measurement.memory.parameter_count`）。
     """
-    from tformer_lib.memory import lm_activation_bytes, model_state_bytes
+    from tformer_lib.measurement.memory import lm_activation_bytes, model_state_bytes
 
     states = model_state_bytes(n_params, "fp32")
     accounts = {

@@ -13,7 +13,7 @@ from tformer_lib.plotting._common import blank_figure, check_positive_int, new_f
 
 
 def _pe(max_len: int, d_model: int) -> np.ndarray:
-    from tformer_lib.positional import sinusoidal_positional_encoding
+    from tformer_lib.parts.positional import sinusoidal_positional_encoding
 
     check_positive_int(max_len, "max_len")
     check_positive_int(d_model, "d_model")

@@ -22,7 +22,7 @@ import functools
 import torch
 from torch import nn
 
-from ..kv_cache import AttentionCache
+from ..parts.kv_cache import AttentionCache
 from ..lm.cache import LMCache
 from ..serving.paged_cache import PagedKVCache
 from .affine import SCALE_DTYPE, dequantize_symmetric, quantize_symmetric

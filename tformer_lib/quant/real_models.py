@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     import argparse
     import sys
 
-    from ..benchmarking import machine_info, save_results
+    from ..measurement.benchmarking import machine_info, save_results
 
     p = argparse.ArgumentParser(description="真实模型每种格式的权重字节、K/V 字节与每 80 GB 的会话数（纯公式）")
     p.add_argument("--out", default=None)

@@ -7,7 +7,7 @@
 - :mod:`.scaling`：唐诗模型上的小缩放实验（几种大小 × 几种训练词元数）与幂律拟合（第 9 章；按需导入，
   ``python -m tformer_lib.scale.scaling`` 重新生成结果文件）。
 
-层次：在 ``lm``、``memory``、``profiling``、``parallel``、``serving`` 之上，画图与控件之下。
+层次：在 ``lm``、``measurement``、``parallel``、``serving`` 之上，画图与控件之下。
 """
 
 from .accelerators import ACCELERATORS, GB

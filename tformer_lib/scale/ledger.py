@@ -5,13 +5,13 @@ r"""真实规模的账本（ledger）：第 9–13 章与第 16 章在随书小�
 =====  ==========================================================================================
 章     用到的函数
 =====  ==========================================================================================
-9      :func:`~tformer_lib.profiling.lm_training_flops`（每个词元的训练 FLOPs，与 6N 对照）
+9      :func:`~tformer_lib.measurement.profiling.lm_training_flops`（每个词元的训练 FLOPs，与 6N 对照）
 10     :func:`~tformer_lib.lm.parameter_breakdown`、:func:`~tformer_lib.lm.lm_kv_cache_bytes_per_token`
-11     :func:`~tformer_lib.memory.training_memory`、:func:`~tformer_lib.memory.korthikanti_activation_bytes`
+11     :func:`~tformer_lib.measurement.memory.training_memory`、:func:`~tformer_lib.measurement.memory.korthikanti_activation_bytes`
 12     :func:`~tformer_lib.parallel.zero.zero_bytes_per_rank`、:func:`~tformer_lib.parallel.layout.layout_parameters_per_rank`、
        :mod:`~tformer_lib.parallel.comm` 的载荷公式、:func:`~tformer_lib.parallel.pipeline.bubble_fraction`
 13     :func:`~tformer_lib.serving.roofline.decode_cost`、:func:`~tformer_lib.serving.roofline.attainable_flops`
-16     :func:`~tformer_lib.memory.lm_activation_bytes`（在每卡的本地长度上）、
+16     :func:`~tformer_lib.measurement.memory.lm_activation_bytes`（在每卡的本地长度上）、
        :func:`~tformer_lib.parallel.ring_attention.ring_attention_payload`、
        :func:`~tformer_lib.parallel.ring_attention.ring_attention_saved_bytes`、:func:`~tformer_lib.parallel.ulysses.ulysses_payload`
 =====  ==========================================================================================
@@ -32,7 +32,7 @@ from ..lm.cache import lm_kv_cache_bytes_per_token
 from ..lm.config import LMConfig
 from ..lm.meta import parameter_breakdown
 from ..lm.presets import PRESETS, PUBLISHED_TRAINING_TOKENS
-from ..memory import (
+from ..measurement.memory import (
     KORTHIKANTI_RECOMPUTE,
     korthikanti_activation_bytes,
     lm_activation_bytes,
@@ -45,7 +45,7 @@ from ..parallel.pipeline import bubble_fraction, split_points
 from ..parallel.ring_attention import LAYOUTS, ring_attention_payload, ring_attention_saved_bytes
 from ..parallel.ulysses import ulysses_payload
 from ..parallel.zero import ZERO_STAGES, zero_bytes_per_rank
-from ..profiling import lm_training_flops
+from ..measurement.profiling import lm_training_flops
 from ..serving.roofline import attainable_flops, decode_cost
 from .accelerators import ACCELERATORS, GB
 
@@ -62,7 +62,7 @@ def training_compute_flops(n_params: int, tokens: int) -> int:
     """训练算力的常用近似 C ≈ 6·N·D（Kaplan et al., 2020）：每个词元前向 2N、反向 4N 次浮点运算。
 
     它略去了注意力里随上下文增长的 QKᵀ、AV 两项；:func:`compute_row` 把它与
-    :func:`~tformer_lib.profiling.lm_training_flops` 逐项数出的值放在一起。"""
+    :func:`~tformer_lib.measurement.profiling.lm_training_flops` 逐项数出的值放在一起。"""
     return 6 * positive_int("n_params", n_params) * positive_int("tokens", tokens)
 
 
@@ -111,7 +111,7 @@ def _context(config: LMConfig, context: int) -> int:
 
 def compute_row(model: str | LMConfig, context: int = 4096) -> dict:
     """第 9 章：参数 N、Chinchilla 词元 20N 与算力 6·N·20N、公布的训练词元与每参数词元数，以及在 ``context``
-    长度上逐项数出的每词元训练 FLOPs（:func:`~tformer_lib.profiling.lm_training_flops`）与 6N 之比。"""
+    长度上逐项数出的每词元训练 FLOPs（:func:`~tformer_lib.measurement.profiling.lm_training_flops`）与 6N 之比。"""
     name, c = resolve_model(model)
     n = _params(c)["total"]
     ctx = _context(c, context)
@@ -140,7 +140,7 @@ def parameter_row(model: str | LMConfig, kv_bytes_per_element: int = 2) -> dict:
 def memory_row(model: str | LMConfig, context: int = 4096, micro_batch: int = 1,
                memory_bytes: int = 80 * GB) -> dict:
     """第 11 章：混合精度 + AdamW 训练一步的显存（bf16 参数与梯度、fp32 主权重与两个矩，16 字节/参数），
-    激活按本书实现的公式（:func:`~tformer_lib.memory.lm_activation_bytes`，每个元素 2 字节，快速注意力路径）算，
+    激活按本书实现的公式（:func:`~tformer_lib.measurement.memory.lm_activation_bytes`，每个元素 2 字节，快速注意力路径）算，
     重算与不重算各一份；旁边是 Korthikanti et al.（2022）的三种重算方式。``fits`` 与一张 ``memory_bytes``
     的卡比（打开重算时峰值另加重算一块的量）。"""
     name, c = resolve_model(model)
@@ -261,7 +261,7 @@ def context_parallel_rows(model: str | LMConfig, context: int = 131072, cp_sizes
     数的都是 **每张卡** 的量（bf16 激活，每个元素 2 字节；微批 ``micro_batch`` 条序列）。
 
     * ``tokens_per_gpu`` = context / cp；``activations_bytes``、``activations_checkpointed_bytes``：本书的激活公式
-      :func:`~tformer_lib.memory.lm_activation_bytes` 在本地长度 T/cp 上的值（快速注意力路径，不重算与重算各一份，
+      :func:`~tformer_lib.measurement.memory.lm_activation_bytes` 在本地长度 T/cp 上的值（快速注意力路径，不重算与重算各一份，
       重算时另加重算一块的峰值，同 :func:`memory_row`）。快速路径只存 q、k、v、输出、拼接与每行的 logsumexp，
       **没有** :math:`(B, h, T, T)` 的项，所以激活与 T 成正比：cp 张卡每张正好是 1/cp（只差损失里一个 4 字节的标量）。
       每张卡上除注意力以外的张量本来就只涉及自己的词元；注意力由环形注意力或 Ulysses 接手，存的同样只是本地那片。

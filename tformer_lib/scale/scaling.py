@@ -3,7 +3,7 @@ r"""一个小小的缩放实验（scaling study）：几种大小的唐诗模型
 每次运行都从头训练（与随书模型同一个配方：AdamW、预热后余弦退火、批 16 × 128 个词元），只是模型更小或更大、
 训练的词元更少：学习率调度的长度就是这次的步数，所以每个点都是“按这个预算训完”的模型，而不是大预算训到一半。
 
-算力 C 用第 11 章与 ``FlopCounterMode`` 逐项相等的 :func:`~tformer_lib.profiling.lm_training_flops` 数
+算力 C 用第 11 章与 ``FlopCounterMode`` 逐项相等的 :func:`~tformer_lib.measurement.profiling.lm_training_flops` 数
 （含注意力与输出层），旁边记着常用近似 6·N·D。把每个算力上最好的点（下包络）拟合成幂律
 :math:`L = a\,C^{-\alpha}`（:func:`fit_power_law`，对数坐标下的最小二乘）。
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from .._checks import positive_int
 from ..lm.config import LMConfig
 from ..lm.meta import parameter_breakdown
-from ..profiling import lm_training_flops
+from ..measurement.profiling import lm_training_flops
 
 __all__ = ["SCALING_SIZES", "SCALING_TOKENS", "scaling_config", "non_embedding_parameters", "train_for_tokens",
            "scaling_study", "compute_frontier", "fit_power_law", "RESULTS_PATH", "main"]
@@ -172,7 +172,7 @@ def fit_power_law(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float]:
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
+    from ..measurement.benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
 
     p = measurement_parser("tformer_lib.scale.scaling", "第 9 章：唐诗模型的缩放实验（5 种大小 × 3 种训练词元数）")
     p.add_argument("--seed", type=int, default=0, help="每一格的随机种子（默认 0）")

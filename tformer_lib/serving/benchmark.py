@@ -8,7 +8,7 @@
 
 :func:`serving_results` 把三者放进一个字典；``python -m tformer_lib.serving.benchmark --out …`` 把它写成 JSON
 （随包的 :data:`RESULTS_PATH` 就是这样写的）。墙钟时间受机器负载影响：比值比秒数可靠，文件里带着机器、线程数、
-日期与开始时的平均负载（:func:`tformer_lib.benchmarking.machine_info`）。
+日期与开始时的平均负载（:func:`tformer_lib.measurement.benchmarking.machine_info`）。
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ COMMAND = "python -m tformer_lib.serving.benchmark --out tformer_lib/results/ser
 
 
 def machine_record() -> dict:
-    """写进结果文件的运行环境（就是 :func:`tformer_lib.benchmarking.machine_info`）。"""
-    from ..benchmarking import machine_info
+    """写进结果文件的运行环境（就是 :func:`tformer_lib.measurement.benchmarking.machine_info`）。"""
+    from ..measurement.benchmarking import machine_info
 
     return machine_info()
 

@@ -226,7 +226,7 @@ def load_results(path=None) -> dict:
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import (machine_info, measurement_parser, measurement_record, parse_measurement_args,
+    from ..measurement.benchmarking import (machine_info, measurement_parser, measurement_record, parse_measurement_args,
                                 save_results)
 
     parser = measurement_parser(MODULE, "bf16 服务：字节减半，输出离 fp32 多远（每个指令集通道各测一份）")

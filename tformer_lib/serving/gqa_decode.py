@@ -7,12 +7,12 @@ r"""分组查询注意力（GQA）在解码时省下多少时间：同一个模�
 
 - **随机权重、随机的缓存内容**：解码一步的耗时与这些数的取值无关，只与形状有关，所以缓存直接填随机数
   （:func:`filled_cache`），不必先花几十秒预填充；
-- **交替计时**（:func:`~tformer_lib.benchmarking.interleaved_samples`）：每一轮把三种模型依次各测一步，
+- **交替计时**（:func:`~tformer_lib.measurement.benchmarking.interleaved_samples`）：每一轮把三种模型依次各测一步，
   记下每种的中位数、四分位与最小/最大值，以及逐轮的耗时比（对 MHA）；
 - **字节与屋顶线**：每一步搬动的字节（权重、K/V、激活）用第 13 章的 :func:`~.roofline.decode_cost`
   （与 :func:`~tformer_lib.lm.lm_kv_cache_bytes_per_token` 同一个公式）；屋顶线的预测时间
   = max(FLOPs ÷ 峰值, 字节 ÷ 带宽)，峰值与带宽在同一次运行里现测
-  （:func:`~tformer_lib.profiling.matmul_peak_flops`、:func:`~.roofline.measure_memory_bandwidth`）。
+  （:func:`~tformer_lib.measurement.profiling.matmul_peak_flops`、:func:`~.roofline.measure_memory_bandwidth`）。
 
 大小的选择（在测量机 2 核、1 线程上量过）：``d_model=512``、8 个头、4 块、``B=4``、``T`` 到 2048——这时 MHA 的 K/V
 字节从权重的零头涨到权重的两倍多。一层的 K（或 V）张量 ``(B, h_kv, T, d_k)`` 保持在 32 MiB 以下：
@@ -125,8 +125,8 @@ def gqa_decode_benchmark(*, kv_heads: Sequence[int] = (8, 2, 1), contexts: Seque
     逐轮耗时比（对基准）的中位数与四分位、:func:`~.roofline.decode_cost` 数的 FLOPs 与字节（各部分）、
     屋顶线的预测秒数与预测比值（字节之比）。
     """
-    from ..benchmarking import interleaved_samples, machine_info, ratio_summary
-    from ..profiling import matmul_peak_flops
+    from ..measurement.benchmarking import interleaved_samples, machine_info, ratio_summary
+    from ..measurement.profiling import matmul_peak_flops
 
     kv_heads = positive_ints("kv_heads", kv_heads)
     contexts = positive_ints("contexts", contexts)
@@ -186,7 +186,7 @@ def load_results(path=None) -> dict:
 
 
 def main(argv=None) -> int:
-    from ..benchmarking import measurement_parser, measurement_record, parse_measurement_args, save_results
+    from ..measurement.benchmarking import measurement_parser, measurement_record, parse_measurement_args, save_results
 
     parser = measurement_parser(MODULE, "GQA 的解码时间：MHA / GQA / MQA 同一形状、带满缓存解码一步，交替计时")
     parser.add_argument("--rounds", type=int, default=41)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import flag
-from ..kv_cache import AttentionCache
+from ..parts.kv_cache import AttentionCache
 from ..lm.cache import LMCache
 from ._validate import check_model, non_negative_int
 

@@ -11,7 +11,7 @@ r"""预填充（prefill）与解码（decode）的成本：一次前向的 FLOPs
 算力等着数据，是**访存受限**（memory-bound）；高于它才是**算力受限**（compute-bound）。这就是屋顶线模型
 （roofline model，Williams et al., 2009）：可达的 FLOP/s = min(峰值, 强度 × 带宽)。
 
-口径（与 :mod:`tformer_lib.costs`、:func:`tformer_lib.profiling.lm_training_flops` 相同）：
+口径（与 :mod:`tformer_lib.measurement.costs`、:func:`tformer_lib.measurement.profiling.lm_training_flops` 相同）：
 
 * FLOPs 只数矩阵乘法，一次乘加算 2；显式注意力路径对新词元的每一行都与全部 ``context`` 个键相乘；
   输出层对每个新词元都算（模型返回 ``(B, T_new, V)``）。
@@ -173,7 +173,7 @@ def measure_memory_bandwidth(n_mib: int = 256, repeats: int = 5) -> float:
     """实测内存带宽（字节/秒）：复制一个 ``n_mib`` MiB 的 float32 张量（读一遍 + 写一遍），取中位数。
 
     张量要远大于 CPU 缓存，测到的才是主内存的带宽；结果随机器负载与线程数变化，只在同一次运行里与
-    :func:`~tformer_lib.profiling.matmul_peak_flops` 相比。
+    :func:`~tformer_lib.measurement.profiling.matmul_peak_flops` 相比。
     """
     positive_int("n_mib", n_mib)
     positive_int("repeats", repeats)

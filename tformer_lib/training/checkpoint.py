@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..config import TransformerConfig
+from ..translation.config import TransformerConfig
 from ..data.vocab import Vocab
-from ..model import make_model
+from ..translation.model import make_model
 
 __all__ = [
     "CheckpointError",

@@ -1,7 +1,7 @@
 """第 11 章的内存探索器：一个训练步的内存账本怎样随批大小、长度与注意力路径变化，激活重算省下多少。
 
 网页上（没有内核）拖动的是“批大小 B”滑块（:data:`BATCH_SIZES` 各档，每档预先画好一帧）；长度与注意力路径
-两个控件要在 Jupyter 里运行才会重画。每一帧都是公式（:func:`~tformer_lib.memory.lm_activation_bytes`）
+两个控件要在 Jupyter 里运行才会重画。每一帧都是公式（:func:`~tformer_lib.measurement.memory.lm_activation_bytes`）
 算出的账本，章节正文在随书模型上核对过它与 PyTorch 实测逐字节相等。
 """
 

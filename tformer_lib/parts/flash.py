@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from ._checks import attention_inputs, bool_mask, positive_int
+from .._checks import attention_inputs, bool_mask, positive_int
 
 __all__ = ["online_softmax", "tiled_attention"]
 

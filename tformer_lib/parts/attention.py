@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.torch_version import TorchVersion
 
-from ._checks import (
+from .._checks import (
     broadcast_shape,
     attention_inputs,
     autocast_enabled,
@@ -159,10 +159,10 @@ class MultiHeadAttention(nn.Module):
       查询头共用，``w_k``/``w_v`` 只投影到 ``n_kv_heads · d_k`` 维，K/V 缓存也只存这么多；
       ``n_kv_heads=1`` 即多查询注意力（multi-query attention, MQA），``n_kv_heads=n_heads`` 即普通 MHA。
       第 i 个查询头用第 ``i // (n_heads / n_kv_heads)`` 个 K/V 头。
-    - 旋转位置编码（RoPE）：``rope=True`` 时在打分前用 :func:`~tformer_lib.positional.apply_rope` 旋转每个头的
+    - 旋转位置编码（RoPE）：``rope=True`` 时在打分前用 :func:`~tformer_lib.parts.positional.apply_rope` 旋转每个头的
       q 与 k（只用于自注意力）；位置默认从缓存长度接着数，也可由 ``positions`` 给出。
     - ALiBi（attention with linear biases，第 16 章）：``alibi=True`` 时第 h 个头给每个分数加上
-      ``-m_h·(i-j)``（:func:`~tformer_lib.positional.alibi_bias`），不旋转、不加位置向量。距离按序列里的槽位数：
+      ``-m_h·(i-j)``（:func:`~tformer_lib.parts.positional.alibi_bias`），不旋转、不加位置向量。距离按序列里的槽位数：
       查询是键里的最后 T_q 个（左填充与打包都不改变同一行里两个真实词元的距离）。只用于自注意力，
       缓存只能是普通的 :class:`~tformer_lib.AttentionCache`（静态缓存与分页缓存的槽位不按序排列，拒绝）。
 
@@ -228,7 +228,7 @@ class MultiHeadAttention(nn.Module):
         return x.view(batch, length, heads, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
 
     def _rope(self, positions, query: torch.Tensor, cache: AttentionCache | None) -> RopeTables:
-        """这一步的 RoPE 表：模型已为各层算好的 :class:`~tformer_lib.positional.RopeTables` 原样用；
+        """这一步的 RoPE 表：模型已为各层算好的 :class:`~tformer_lib.parts.positional.RopeTables` 原样用；
         给的是位置编号 ``(T,)``/``(B, T)`` 就现算；都没给时从已缓存的长度接着数。"""
         batch, length = query.shape[:2]
         if isinstance(positions, RopeTables):
@@ -304,9 +304,9 @@ class MultiHeadAttention(nn.Module):
         ``mask``：布尔，True = 可以关注，能广播到 ``(B, h, T_q, T_k)``。
         ``causal=True``：因果掩码（第 i 个查询只看前 i 个键），不必另给 ``mask``；要求 ``T_q = T_k``（缓存为空）。
         快速路径把它交给 SDPA 的 ``is_causal``，不造 ``(T, T)`` 的掩码；与给 ``mask=causal_mask(T)`` 逐位相同（CPU 上测试核对）。
-        ``cache``：增量解码用的 K/V 缓存（见 :mod:`tformer_lib.kv_cache`）；GQA 时只缓存 ``n_kv_heads`` 个头。
+        ``cache``：增量解码用的 K/V 缓存（见 :mod:`tformer_lib.parts.kv_cache`）；GQA 时只缓存 ``n_kv_heads`` 个头。
         ``positions``：只在 ``rope=True`` 时使用，新位置的位置编号 ``(T_q,)`` 或 ``(B, T_q)``，
-        或模型为各层算好的 :class:`~tformer_lib.positional.RopeTables`。
+        或模型为各层算好的 :class:`~tformer_lib.parts.positional.RopeTables`。
         """
         self._check_inputs(query, key, value, cache)
         flag("causal", causal)

@@ -11,7 +11,7 @@ r"""一个训练步的内存账本（memory account）：参数、梯度、优�
   :func:`lm_activation_bytes` 逐项列出仅解码器模型保存的每一个张量（公式与 :func:`measure_activation_bytes`
   的实测逐字节相等，测试保证）。
 
-记号同 :mod:`tformer_lib.costs`：B 批大小，T 长度，d = d_model，h 头数，d_k = d/h，d_ff，V 词表大小，N 层数。
+记号同 :mod:`tformer_lib.measurement.costs`：B 批大小，T 长度，d = d_model，h 头数，d_k = d/h，d_ff，V 词表大小，N 层数。
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import positive_int
+from .._checks import positive_int
 from .costs import attention_memory, saved_tensor_bytes
 
 __all__ = [
@@ -102,7 +102,7 @@ def _norm_bytes(kind: str, btd: int, bt: int, e: int) -> int:
 
 def sdpa_kv_bytes(config, bt: int, e: int) -> int:
     """快速路径为反向保存的 k（或 v）一份的字节：SDPA 按组读时只有 ``(B, h_kv, T, d_k)``，否则是复制后的 ``(B, h, T, d_k)``。"""
-    from .attention import SDPA_HAS_GQA
+    from ..parts.attention import SDPA_HAS_GQA
 
     heads = config.kv_heads if SDPA_HAS_GQA else config.n_heads
     return bt * heads * config.d_k * e
@@ -124,7 +124,7 @@ def lm_activation_bytes(
     * ``embedding``：词元 id ``(B, T)`` int64（查表的反向要用），可学习位置编码另存位置 ``(T,)``；
     * ``norms``：每块两个归一化（见 :func:`_norm_bytes`），pre-LN 另加末层归一化；
     * ``linear_inputs``：每块送进 W^Q/W^K/W^V（共用一份）与 W_1 的输入、再加输出层的输入，各 ``(B, T, d)``；
-    * ``attention``：显式路径即 :func:`~tformer_lib.costs.attention_memory` 的六项——q、k、v、softmax 输出
+    * ``attention``：显式路径即 :func:`~tformer_lib.measurement.costs.attention_memory` 的六项——q、k、v、softmax 输出
       ``(B, h, T, T)``、掩码置零后的权重（与分数同形）、拼接后的输出——再加两个 ``(T, T)`` 布尔掩码；
       快速路径（SDPA）不存 ``(B, h, T, T)``，只存 q、k、v、输出、拼接结果、每行的 logsumexp ``(B, h, T)``
       （因果掩码交给 SDPA 的 ``is_causal``，不造掩码张量）。SDPA 的输出沿用 q 的内存布局：没有 RoPE 时 q 是
@@ -147,7 +147,7 @@ def lm_activation_bytes(
     ``(B, h, T, T)`` 留在 ``attn_weights`` 里供画图——它与 softmax 的输出共用存储，不重算时不另占内存，
     但打开激活重算后每层仍留着一份，这里不计；要省这部分，训练时用快速路径（``fast_attention=True``）。
     """
-    from .lm.config import LMConfig
+    from ..lm.config import LMConfig
 
     if not isinstance(config, LMConfig):
         raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")
@@ -201,7 +201,7 @@ def measure_activation_bytes(model: nn.Module, tokens: torch.Tensor, targets: to
     """实测：运行一次 ``model(tokens)`` + 交叉熵，返回 autograd 保存的张量字节数（参数除外，同一存储只算一次）。
 
     用 ``torch.autograd.graph.saved_tensors_hooks`` 截获每个被保存的张量（见
-    :func:`~tformer_lib.costs.saved_tensor_bytes`）。在当前的 autocast 与激活重算设置下测量。
+    :func:`~tformer_lib.measurement.costs.saved_tensor_bytes`）。在当前的 autocast 与激活重算设置下测量。
     """
     params = tuple(model.parameters())
     return saved_tensor_bytes(lambda: lm_loss(model, tokens, targets), exclude=params)
@@ -251,7 +251,7 @@ def korthikanti_activation_bytes(config, batch: int, length: int, recompute: str
     （``total`` = L × 每层）。其他结构（SwiGLU、RMSNorm、GQA、FlashAttention）套用它只是近似；本书自己的实现
     以 :func:`lm_activation_bytes` 为准（两者在随书模型上的逐项对照见测试）。
     """
-    from .lm.config import LMConfig
+    from ..lm.config import LMConfig
 
     if not isinstance(config, LMConfig):
         raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")

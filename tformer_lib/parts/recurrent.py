@@ -15,7 +15,7 @@ import time
 import torch
 from torch import nn
 
-from ._checks import positive_int, tensor_with_dim
+from .._checks import positive_int, tensor_with_dim
 
 __all__ = ["TinyRNNEncoder", "measure_sequence_mixing"]
 

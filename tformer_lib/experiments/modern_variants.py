@@ -8,7 +8,7 @@
 :func:`run_variant_comparison` 训练并返回结果；:func:`write_variant_results` 单线程运行它，把结果连同命令、
 机器、线程数、torch 版本与日期写进 JSON；随包附带的 ``results/lm_variants.json`` 就是这样生成的::
 
-    .venv/bin/python -m tformer_lib.modern_variants
+    .venv/bin/python -m tformer_lib.experiments.modern_variants
 
 只重测吞吐（训练记录不变，几十秒）加 ``--speed-only``；只重做预热消融（:data:`WARMUP_ARMS`，几分钟）加 ``--warmup-only``。
 :func:`load_variant_results` 读回它（第 10 章用它画图，笔记本里不必再训练 16 个模型）。
@@ -27,13 +27,13 @@ from pathlib import Path
 
 import torch
 
-from .lm.model import make_lm
-from .lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
-from .lm.training import LMTrainer
-from .model import count_parameters
-from .pretrained import cpu_fingerprint
-from .seed import set_seed
-from .training.trainer import TrainingDivergedError
+from ..lm.model import make_lm
+from ..lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
+from ..lm.training import LMTrainer
+from ..translation.model import count_parameters
+from ..translation.pretrained import cpu_fingerprint
+from ..seed import set_seed
+from ..training.trainer import TrainingDivergedError
 
 __all__ = [
     "SPEED_ROUNDS",
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 #: 随包附带的结果文件
-VARIANT_RESULTS = Path(__file__).resolve().parent / "results" / "lm_variants.json"
+VARIANT_RESULTS = Path(__file__).resolve().parent.parent / "results" / "lm_variants.json"
 
 #: 对比用的小模型：在随书配方的模型配置上再覆盖这几项
 VARIANT_MODEL = dict(d_model=64, n_heads=4, n_layers=2, d_ff=256)
@@ -122,8 +122,8 @@ def kv_cache_bytes_per_token(model, length: int = 8) -> float:
 def _speed(models: dict, blocks: torch.Tensor, batch_size: int, rounds: int = SPEED_ROUNDS,
            steps: int = 3) -> dict[str, list[float]]:
     """交替（interleaved）计时各组的训练步（前向 + 反向 + AdamW）：每组每轮跑 ``steps`` 步，返回各轮的 tokens/s。"""
-    from .lm.data import loss_targets
-    from .specials import PAD
+    from ..lm.data import loss_targets
+    from ..specials import PAD
 
     out: dict[str, list[float]] = {arm: [] for arm in models}
     trainers = {arm: LMTrainer(m, blocks, None, batch_size=batch_size, total_steps=10_000) for arm, m in models.items()}
@@ -242,7 +242,7 @@ def _machine_record(command: str, start: float) -> dict:
 
 def _command(flag: str, path: Path) -> str:
     """写进结果文件的生成命令：写到随包的结果文件时就是模块的命令行，写到别处时注明路径。"""
-    command = f"python -m tformer_lib.modern_variants {flag}"
+    command = f"python -m tformer_lib.experiments.modern_variants {flag}"
     return command if Path(path).resolve() == VARIANT_RESULTS else f"{command}（结果文件 {path}）"
 
 
@@ -259,7 +259,7 @@ def write_variant_results(path: str | os.PathLike = VARIANT_RESULTS, **kwargs) -
     start = time.perf_counter()
     with _one_thread():
         result = run_variant_comparison(**kwargs)
-    result["produced_by"] = _machine_record("python -m tformer_lib.modern_variants", start)
+    result["produced_by"] = _machine_record("python -m tformer_lib.experiments.modern_variants", start)
     result["speed_produced_by"] = result["produced_by"]
     return _write_json(result, Path(path))
 
@@ -296,11 +296,11 @@ def load_variant_results(path: str | os.PathLike = VARIANT_RESULTS) -> dict:
     """读回 :func:`write_variant_results` 写的 JSON。"""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"找不到对比结果文件 {path}；用 python -m tformer_lib.modern_variants 生成")
+        raise FileNotFoundError(f"找不到对比结果文件 {path}；用 python -m tformer_lib.experiments.modern_variants 生成")
     result = json.loads(path.read_text(encoding="utf-8"))
     missing = [k for k in ("runs", "arms", "settings") if not isinstance(result, dict) or k not in result]
     if missing:
-        raise ValueError(f"{path} 不是 python -m tformer_lib.modern_variants 写的结果文件：缺 {missing}")
+        raise ValueError(f"{path} 不是 python -m tformer_lib.experiments.modern_variants 写的结果文件：缺 {missing}")
     return result
 
 

@@ -5,8 +5,8 @@
 
 import torch
 
-from ._checks import positive_int, tensor_with_dim
-from .specials import PAD
+from .._checks import positive_int, tensor_with_dim
+from ..specials import PAD
 
 
 def causal_mask(n: int, device=None) -> torch.Tensor:

@@ -7,7 +7,7 @@
 
 训练要几十秒到几分钟（2 核 CPU、单线程），所以书里读的是 :func:`run` 写下的结果文件
 ``tformer_lib/results/length_generalization.json``（记录了机器、线程数、日期与全部设置）；
-重新生成：``python -m tformer_lib.length_generalization``。
+重新生成：``python -m tformer_lib.experiments.length_generalization``。
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-RESULTS_PATH = Path(__file__).parent / "results" / "length_generalization.json"
+RESULTS_PATH = Path(__file__).resolve().parent.parent / "results" / "length_generalization.json"
 #: 重新生成随包结果文件的命令（写进文件里；scripts/regenerate_results.py 运行的也是它）
-COMMAND = "python -m tformer_lib.length_generalization"
+COMMAND = "python -m tformer_lib.experiments.length_generalization"
 
 DEFAULTS = dict(positional=("sinusoidal", "learned", "none"), train_min_len=3, train_max_len=8, test_lengths=tuple(range(3, 15)),
                 n_train=4000, n_test_per_length=100, epochs=16, d_model=64, n_heads=4, d_ff=128, n_layers=2,
@@ -29,16 +29,16 @@ DEFAULTS = dict(positional=("sinusoidal", "learned", "none"), train_min_len=3, t
 
 
 def _encode(pairs, vocab):
-    from .data import encode_pairs
+    from ..data import encode_pairs
 
     return encode_pairs(pairs, vocab, vocab)
 
 
 def run(**overrides) -> dict:
     """按 :data:`DEFAULTS`（可用关键字覆盖）训练每种位置编码一次，返回结果字典（不写文件）。"""
-    from . import TransformerConfig, make_model
-    from .data import make_reverse_task, synthetic_vocab
-    from .training import Trainer, evaluate
+    from .. import TransformerConfig, make_model
+    from ..data import make_reverse_task, synthetic_vocab
+    from ..training import Trainer, evaluate
 
     cfg = {**DEFAULTS, **overrides}
     vocab = synthetic_vocab(10)

@@ -24,7 +24,7 @@ class SourceView:
     """一段源码及其出处；在笔记本里显示为高亮的 HTML，纯文本环境里就是源码本身。"""
 
     code: str
-    location: str  # 所在文件，例如 "tformer_lib/attention.py"（不含行号：行号随每次编辑漂移，会让 nbval 误报）
+    location: str  # 所在文件，例如 "tformer_lib/parts/attention.py"（不含行号：行号随每次编辑漂移，会让 nbval 误报）
     name: str
 
     def _repr_html_(self) -> str:

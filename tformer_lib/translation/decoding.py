@@ -1,6 +1,6 @@
 """解码（decoding）：用训练好的模型逐词生成译文。
 
-三种策略，都支持 K/V 缓存（KV cache，见 :mod:`tformer_lib.kv_cache`）：
+三种策略，都支持 K/V 缓存（KV cache，见 :mod:`tformer_lib.parts.kv_cache`）：
 
 * 贪心解码（greedy decoding）：每步取概率最大的词，批量进行，遇到 EOS 的句子停下；
 * 束搜索（beam search）：每步保留得分最高的 ``beam_size`` 个候选，用长度惩罚（length penalty）
@@ -29,11 +29,11 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from ._checks import one_of, positive_int
-from .masks import padding_mask
-from .specials import BOS, EOS, PAD
-from .temperature import apply_temperature, check_temperature, is_greedy_temperature
-from .unknown_tokens import UnknownTokenError, UnknownTokenWarning, report_unknown
+from .._checks import one_of, positive_int
+from ..parts.masks import padding_mask
+from ..specials import BOS, EOS, PAD
+from ..temperature import apply_temperature, check_temperature, is_greedy_temperature
+from ..unknown_tokens import UnknownTokenError, UnknownTokenWarning, report_unknown
 
 __all__ = [
     "greedy_decode",
@@ -375,7 +375,7 @@ def translate(
         if not isinstance(s, str):
             raise TypeError(f"sentences[{i}] 应是字符串，收到 {type(s).__name__} {s!r}")
     if tokenize is None:
-        from .data.toy_zh_en import tokenize_zh as tokenize
+        from ..data.toy_zh_en import tokenize_zh as tokenize
     encoded = []
     unknown: dict[str, list[str]] = {}  # 句子 → 其中的词表外词
     for s in items:

@@ -34,13 +34,13 @@ import numpy as np
 import torch
 
 from .config import TransformerConfig
-from .data.batching import encode_pairs
-from .data.toy_zh_en import ToyCorpus, make_toy_corpus
-from .data.vocab import Vocab
+from ..data.batching import encode_pairs
+from ..data.toy_zh_en import ToyCorpus, make_toy_corpus
+from ..data.vocab import Vocab
 from .model import Transformer, make_model
-from .seed import set_seed
-from .training.checkpoint import CheckpointError, load_model, save_checkpoint
-from .training.trainer import History, Trainer
+from ..seed import set_seed
+from ..training.checkpoint import CheckpointError, load_model, save_checkpoint
+from ..training.trainer import History, Trainer
 
 __all__ = [
     "cache_dir",
@@ -78,7 +78,7 @@ _CACHE_VERSION = 2  # 2：训练集加入全部名词短语（短语说完要输
 
 
 #: 随包附带的检查点所在目录
-SHIPPED_DIR = Path(__file__).resolve().parent / "checkpoints"
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 #: 随包附带的配方：位置编码种类（其余全用默认值、seed=0）
 SHIPPED_POSITIONAL = ("sinusoidal", "none")
 
@@ -264,7 +264,7 @@ def build_shipped_checkpoints(directory: str | os.PathLike | None = None,
 
     改了 ``TOY_TRAINING``、:func:`toy_model_config` 或语料之后运行::
 
-        .venv/bin/python -c "from tformer_lib.pretrained import build_shipped_checkpoints as b; b()"
+        .venv/bin/python -c "from tformer_lib.translation.pretrained import build_shipped_checkpoints as b; b()"
     """
     out_dir = Path(directory) if directory is not None else SHIPPED_DIR
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -31,8 +31,8 @@ from collections.abc import Callable
 
 import torch
 
-from ._checks import positive_int
-from .config import TransformerConfig
+from .._checks import positive_int
+from ..translation.config import TransformerConfig
 
 __all__ = [
     "attention_flops",
@@ -254,7 +254,7 @@ def largest_tensor_bytes(fn: Callable[[], object]) -> int:
     """运行 ``fn()``，返回其间任何一个 PyTorch 算子输出的最大一块存储的字节数。
 
     用来实测“中间结果最大有多大”：显式注意力里它就是 ``(B, h, T_q, T_k)`` 的分数表；
-    逐块注意力（:func:`tformer_lib.flash.tiled_attention`）里只是 ``(B, h, T_q, block_size)`` 的一块。
+    逐块注意力（:func:`tformer_lib.parts.flash.tiled_attention`）里只是 ``(B, h, T_q, block_size)`` 的一块。
     （借助 PyTorch 的 ``TorchDispatchMode`` 拦截每个算子，与 ``FlopCounterMode`` 同一机制。）
     """
     from torch.utils._python_dispatch import TorchDispatchMode

@@ -1,7 +1,7 @@
 """消融实验（ablation）：去掉前馈网络（feed-forward network，FFN），看玩具翻译任务还学不学得会。
 
 第 4 章问“注意力后面为什么还要接 FFN”。这里给出可复现的回答：在书中的玩具中→英任务上，用与
-随包模型完全相同的训练配方（:data:`~tformer_lib.pretrained.TOY_TRAINING`）训练三组模型，每组 3 个种子：
+随包模型完全相同的训练配方（:data:`~tformer_lib.translation.pretrained.TOY_TRAINING`）训练三组模型，每组 3 个种子：
 
 - ``"baseline"``：书中的玩具模型（编码器/解码器各 2 层，每层有 FFN）；
 - ``"no_ffn"``：同样的 2+2 层，但每层的 FFN 子层输出恒为 0（残差与 LayerNorm 保留，所以子层变成
@@ -12,7 +12,7 @@
 :func:`run_ffn_ablation` 训练并返回结果；:func:`write_ffn_ablation_results` 把结果连同机器、线程数、
 torch 版本与日期写进 JSON；随包附带的 ``results/ffn_ablation.json`` 就是维护者用下面的命令在单线程下生成的::
 
-    .venv/bin/python -m tformer_lib.ablations
+    .venv/bin/python -m tformer_lib.experiments.ablations
 
 :func:`load_ffn_ablation_results` 读回它（第 4 章用它画图，笔记本里不必再训练 9 个模型）。
 """
@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .model import Transformer, count_parameters, make_model
-from .pretrained import TOY_TRAINING, preserve_global_rng, cpu_fingerprint, load_toy_data, toy_model_config
-from .seed import set_seed
-from .training.trainer import Trainer, evaluate
+from ..translation.model import Transformer, count_parameters, make_model
+from ..translation.pretrained import TOY_TRAINING, preserve_global_rng, cpu_fingerprint, load_toy_data, toy_model_config
+from ..seed import set_seed
+from ..training.trainer import Trainer, evaluate
 
 __all__ = [
     "ZeroFeedForward",
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: 随包附带的结果文件
-FFN_ABLATION_RESULTS = Path(__file__).resolve().parent / "results" / "ffn_ablation.json"
+FFN_ABLATION_RESULTS = Path(__file__).resolve().parent.parent / "results" / "ffn_ablation.json"
 
 #: 三组模型：名字 → (toy_model_config 的覆盖项, 是否去掉 FFN)
 FFN_ABLATION_ARMS: dict[str, tuple[dict, bool]] = {
@@ -133,7 +133,7 @@ def write_ffn_ablation_results(path: str | os.PathLike = FFN_ABLATION_RESULTS, *
     finally:
         torch.set_num_threads(previous)
     result["produced_by"] = {
-        "command": "python -m tformer_lib.ablations",
+        "command": "python -m tformer_lib.experiments.ablations",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "threads": 1,
         "torch": torch.__version__,
@@ -152,7 +152,7 @@ def load_ffn_ablation_results(path: str | os.PathLike = FFN_ABLATION_RESULTS) ->
     """读回 :func:`write_ffn_ablation_results` 写的 JSON。"""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"找不到消融结果文件 {path}；用 python -m tformer_lib.ablations 生成")
+        raise FileNotFoundError(f"找不到消融结果文件 {path}；用 python -m tformer_lib.experiments.ablations 生成")
     return json.loads(path.read_text(encoding="utf-8"))
 
 

@@ -1,6 +1,6 @@
 """第 7 章的 Post-LN 与 Pre-LN 对比实验（norm placement study）：多个种子、训练到预热结束之后。
 
-两组实验，都用玩具中→英语料与书中的训练配方（:data:`~tformer_lib.pretrained.TOY_TRAINING`），只改下面几项：
+两组实验，都用玩具中→英语料与书中的训练配方（:data:`~tformer_lib.translation.pretrained.TOY_TRAINING`），只改下面几项：
 
 - ``"no_warmup"``：2+2 层的玩具模型，**不预热**（``warmup=1``、``lr_factor=0.25``：第 1 步就是约 3.5 倍于
   配方峰值的学习率），训练 2 个 epoch；
@@ -11,8 +11,8 @@
 写成随包附带的 JSON（:data:`RESULTS_PATH`），章节只读取它；文件里记着机器、线程数、torch 版本和日期。
 重新生成::
 
-    python -m tformer_lib.norm_placement            # 写 tformer_lib/results/norm_placement.json
-    python -m tformer_lib.norm_placement --out x.json --seeds 0 1 2 3
+    python -m tformer_lib.experiments.norm_placement            # 写 tformer_lib/results/norm_placement.json
+    python -m tformer_lib.experiments.norm_placement --out x.json --seeds 0 1 2 3
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 __all__ = ["EXPERIMENTS", "NORMS", "RESULTS_PATH", "run_study", "load_study", "main"]
 
 #: 随包附带的结果文件
-RESULTS_PATH = Path(__file__).resolve().parent / "results" / "norm_placement.json"
+RESULTS_PATH = Path(__file__).resolve().parent.parent / "results" / "norm_placement.json"
 
 #: 两种层归一化位置：名字 → ``norm_first``
 NORMS = {"post_ln": False, "pre_ln": True}
@@ -56,7 +56,7 @@ _EPOCH_KEYS = ("epoch", "step", "lr", "train_loss", "valid_loss", "valid_token_a
 
 
 def _one_run(experiment: str, norm: str, seed: int) -> dict[str, Any]:
-    from tformer_lib.pretrained import load_or_train_toy_model  # 避免导入 tformer_lib 时就拉起训练模块
+    from tformer_lib.translation.pretrained import load_or_train_toy_model  # 避免导入 tformer_lib 时就拉起训练模块
 
     spec = EXPERIMENTS[experiment]
     _, _, _, history = load_or_train_toy_model(
@@ -73,7 +73,7 @@ def _one_run(experiment: str, norm: str, seed: int) -> dict[str, Any]:
 
 
 def _machine() -> dict[str, Any]:
-    from tformer_lib.pretrained import cpu_fingerprint
+    from tformer_lib.translation.pretrained import cpu_fingerprint
 
     return {
         "cpu": cpu_fingerprint(),
@@ -103,7 +103,7 @@ def run_study(seeds=(0, 1, 2), experiments=tuple(EXPERIMENTS), *, threads: int =
             "seeds": list(seeds),
             "machine": _machine(),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python -m tformer_lib.norm_placement",
+            "command": "python -m tformer_lib.experiments.norm_placement",
             "runs": runs,
         }
     finally:
@@ -117,7 +117,7 @@ def load_study(path: str | os.PathLike | None = None) -> dict[str, Any]:
     """
     p = Path(path) if path is not None else RESULTS_PATH
     if not p.exists():
-        raise FileNotFoundError(f"找不到结果文件 {p}；用 python -m tformer_lib.norm_placement 生成")
+        raise FileNotFoundError(f"找不到结果文件 {p}；用 python -m tformer_lib.experiments.norm_placement 生成")
     data = json.loads(p.read_text(encoding="utf-8"))
     by: dict[str, dict[str, list]] = {}
     for run in sorted(data["runs"], key=lambda r: r["seed"]):

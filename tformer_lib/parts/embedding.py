@@ -5,7 +5,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import positive_int, token_ids
+from .._checks import positive_int, token_ids
 
 
 class TokenEmbedding(nn.Module):

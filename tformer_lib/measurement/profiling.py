@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._checks import positive_int
+from .._checks import positive_int
 from .costs import attention_flops, feedforward_flops
 
 __all__ = ["profile_step", "lm_training_flops", "count_training_flops", "matmul_peak_flops", "mfu"]
@@ -53,10 +53,10 @@ def profile_step(step: Callable[[], object], row_limit: int = 10, warmup: int = 
 def lm_training_flops(config, batch: int, length: int) -> dict[str, int]:
     """仅解码器模型一个训练步（前向 + 反向）的矩阵乘法 FLOPs：``forward`` 与 ``total`` = 3 × ``forward``。
 
-    前向 = N × [注意力（:func:`~tformer_lib.costs.attention_flops`）+ 前馈（SwiGLU 多一个矩阵，× 1.5）]
+    前向 = N × [注意力（:func:`~tformer_lib.measurement.costs.attention_flops`）+ 前馈（SwiGLU 多一个矩阵，× 1.5）]
     + 输出层 ``2·B·T·d·V``。GQA 时 K、V 投影按 ``n_kv_heads`` 缩小。词嵌入是查表，不计。
     """
-    from .lm.config import LMConfig
+    from ..lm.config import LMConfig
 
     if not isinstance(config, LMConfig):
         raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")

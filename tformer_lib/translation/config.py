@@ -2,8 +2,8 @@
 
 from dataclasses import asdict, dataclass
 
-from ._checks import dropout_rate, flag, one_of, positive_int
-from .specials import PAD
+from .._checks import dropout_rate, flag, one_of, positive_int
+from ..specials import PAD
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "none")
 ACTIVATIONS = ("relu", "gelu")

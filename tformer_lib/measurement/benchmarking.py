@@ -31,12 +31,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import MultiHeadAttention
-from .config import TransformerConfig
-from .masks import causal_mask, padding_mask
-from .model import make_model
-from .positional import sinusoidal_positional_encoding
-from .specials import PAD
+from ..parts.attention import MultiHeadAttention
+from ..translation.config import TransformerConfig
+from ..parts.masks import causal_mask, padding_mask
+from ..translation.model import make_model
+from ..parts.positional import sinusoidal_positional_encoding
+from ..specials import PAD
 
 __all__ = [
     "RESULTS_PATH",
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 #: 随包附带的基准结果（由 ``python benchmarks/train_step.py --out …`` 写出）
-RESULTS_PATH = Path(__file__).resolve().parent / "results" / "train_step.json"
+RESULTS_PATH = Path(__file__).resolve().parent.parent / "results" / "train_step.json"
 #: 重新生成随包结果文件的命令（写进文件里；scripts/regenerate_results.py 运行的也是它）
 COMMAND = "python benchmarks/train_step.py --threads 1 --out tformer_lib/results/train_step.json"
 
@@ -214,7 +214,7 @@ def measurement_parser(module: str, description: str) -> argparse.ArgumentParser
 def parse_measurement_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """解析参数，并在花几十分钟测量**之前**确认 ``--threads`` 为正、``--out`` 能写成文件（不行时像 argparse 一样
     报错退出）；然后设好 torch 的线程数。"""
-    from .training.checkpoint import check_checkpoint_path
+    from ..training.checkpoint import check_checkpoint_path
 
     args = parser.parse_args(argv)
     if args.threads < 1:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import positive_int
+from .._checks import positive_int
 
 __all__ = ["relative_position_index", "RelativePositionBias"]
 

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import broadcast_shape, dropout_rate, finite_positive, last_dim, positive_int, tensor_with_dim
+from .._checks import broadcast_shape, dropout_rate, finite_positive, last_dim, positive_int, tensor_with_dim
 from .rope_scaling import RopeScaling, scaled_rope_angles
 
 
@@ -176,7 +176,7 @@ class RopeTables:
     ``(B, 1, T, d/2)``：两者都能广播到注意力里 q、k 的形状 ``(B, h, T, d)``。:meth:`rotate` 与逐层调用
     :func:`apply_rope` 逐位相同（测试核对），只是不必每层、每个 q 与 k 都重算一遍三角函数。
     表记下自己的 ``length``（T）、``d``、``base``、``scaling`` 与 ``batch``（``(T,)`` 的位置为 None）：用错了表会得到清楚的错误。
-    ``scaling``：第 16 章的 :class:`~tformer_lib.rope_scaling.RopeScaling`（PI、NTK、YaRN），None = 原始的 RoPE。
+    ``scaling``：第 16 章的 :class:`~tformer_lib.parts.rope_scaling.RopeScaling`（PI、NTK、YaRN），None = 原始的 RoPE。
     """
 
     def __init__(self, positions: torch.Tensor, d: int, base: float = 10000.0, scaling: RopeScaling | None = None):

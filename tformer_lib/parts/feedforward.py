@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from ._checks import dropout_rate, flag, module_dtype, positive_int
+from .._checks import dropout_rate, flag, module_dtype, positive_int
 
 _ACTIVATIONS = {
     "relu": nn.ReLU,

@@ -8,7 +8,7 @@
 import torch
 from torch import nn
 
-from ._checks import finite_positive, positive_int
+from .._checks import finite_positive, positive_int
 
 NORM_KINDS = ("layer", "rms")
 

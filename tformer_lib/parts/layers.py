@@ -5,7 +5,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ._checks import dropout_rate, module_dtype
+from .._checks import dropout_rate, module_dtype
 from .attention import MultiHeadAttention
 from .feedforward import PositionwiseFeedForward
 from .kv_cache import AttentionCache
@@ -18,7 +18,7 @@ class ResidualNorm(nn.Module):
     - 后置归一化 post-LN（论文做法，默认）：``LayerNorm(x + Dropout(sublayer(x)))``；
     - 前置归一化 pre-LN（``norm_first=True``）：``x + Dropout(sublayer(LayerNorm(x)))``。
 
-    ``norm="rms"`` 把 LayerNorm 换成 :class:`~tformer_lib.norms.RMSNorm`（现代大模型的做法）；
+    ``norm="rms"`` 把 LayerNorm 换成 :class:`~tformer_lib.parts.norms.RMSNorm`（现代大模型的做法）；
     ``eps`` 是归一化分母里的 ε。
     """
 

@@ -132,7 +132,7 @@ def rope_frequencies(d: int, base: float = 10000.0, scaling: RopeScaling | None 
 
 
 def scaled_rope_angles(positions: torch.Tensor, d: int, base: float, scaling: RopeScaling) -> tuple[torch.Tensor, torch.Tensor]:
-    """与 :func:`~tformer_lib.positional.rope_angles` 相同，但用缩放后的频率，并把 cos、sin 乘注意力系数：
+    """与 :func:`~tformer_lib.parts.positional.rope_angles` 相同，但用缩放后的频率，并把 cos、sin 乘注意力系数：
     ``positions`` ``(...)`` → 各 ``(..., d/2)``（float64）。"""
     if not isinstance(positions, torch.Tensor) or positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions 应是实数张量，收到 {getattr(positions, 'dtype', type(positions).__name__)}")

@@ -2,7 +2,7 @@
 
 import torch
 
-from ._checks import positive_int
+from .._checks import positive_int
 
 
 class AttentionCache:
