@@ -14,7 +14,8 @@ def test_tiny_run_has_every_metric_for_every_length():
         assert set(res["exact_match"]) == set(res["token_accuracy"]) == {"3", "9"}
         assert all(0.0 <= v <= 1.0 for v in res["exact_match"].values())
     assert len(r["results"]["learned"]["encoder_table_cosine"]) == 16
-    assert {"machine", "threads", "torch", "date", "settings"} <= set(r)
+    assert {"machine", "command", "settings", "results"} <= set(r)
+    assert {"cpu", "threads", "torch", "date", "load_average"} <= set(r["machine"])  # benchmarking.machine_info
 
 
 def test_shipped_results_file_matches_the_script_defaults():
@@ -23,4 +24,4 @@ def test_shipped_results_file_matches_the_script_defaults():
     assert s["positional"] == list(lg.DEFAULTS["positional"]) and s["epochs"] == lg.DEFAULTS["epochs"]
     assert s["test_lengths"] == list(lg.DEFAULTS["test_lengths"])
     assert set(r["results"]) == set(lg.DEFAULTS["positional"])
-    assert r["threads"] >= 1 and r["date"] and r["machine"]
+    assert r["machine"]["threads"] == 1 and r["machine"]["date"] and r["command"] == lg.COMMAND

@@ -8,14 +8,14 @@ __version__ = "0.1.0"
 
 # --- core model ---
 from .parts.attention import MultiHeadAttention, fast_scaled_dot_product_attention, scaled_dot_product_attention
-from .translation.config import TransformerConfig
 from .parts.embedding import TokenEmbedding
 from .parts.feedforward import PositionwiseFeedForward
 from .parts.kv_cache import AttentionCache, KVCache
 from .parts.layers import DecoderLayer, EncoderLayer, ResidualNorm
 from .parts.masks import causal_mask, combine_masks, padding_mask, target_mask
-from .translation.model import Decoder, Encoder, Generator, Transformer, count_parameters, make_model
 from .parts.norms import RMSNorm, make_norm
+from .translation.config import TransformerConfig
+from .translation.model import Decoder, Encoder, Generator, Transformer, count_parameters, make_model
 from .parts.positional import (
     LearnedPositionalEmbedding,
     NoPositionalEncoding,

@@ -1,5 +1,6 @@
-"""可复现性（reproducibility）：一次设定 Python、NumPy 与 PyTorch 的随机种子。"""
+"""可复现性（reproducibility）：一次设定 Python、NumPy 与 PyTorch 的随机种子；以及逐位复现成立的范围——同一个 CPU 指纹。"""
 
+import platform
 import random
 
 import numpy as np
@@ -16,3 +17,17 @@ def set_seed(seed: int = 0) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def cpu_fingerprint() -> str:
+    """CPU 型号与 torch 选用的指令集（如 ``"AMD EPYC | AVX2"``）：浮点结果逐位可复现只在同一指纹下成立。
+
+    随包检查点与结果文件都记下它（结果文件里在 :func:`~tformer_lib.measurement.benchmarking.machine_info` 的 ``cpu`` 项）。
+    """
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model} | {torch.backends.cpu.get_cpu_capability()}"

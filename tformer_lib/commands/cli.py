@@ -41,10 +41,10 @@ TOY_LAYERS = 2
 def build_synthetic(task: str, seed: int = 0, size: str | None = None, layers: int | None = None,
                     positional: str = "sinusoidal", **overrides):
     """合成任务的 ``(model, vocab, train, test)``；``train/test`` 是 id 句子对，测试集 200 条留出序列。"""
-    from ..translation.config import TransformerConfig
     from ..data import encode_pairs, make_synthetic_splits, synthetic_vocab
-    from ..translation.model import make_model
     from ..seed import set_seed
+    from ..translation.config import TransformerConfig
+    from ..translation.model import make_model
 
     s = {**COPY_SETUP, **overrides}
     splits = make_synthetic_splits(task, n_train=s["n_train"], n_test=s["n_test"], n_symbols=s["n_symbols"],
@@ -137,10 +137,10 @@ def _task_data(task: str, seed: int, src_vocab=None, tgt_vocab=None) -> dict:
 
 
 def _cmd_train(args) -> int:
-    from ..translation.pretrained import TOY_TRAINING, load_toy_data, toy_model_config
-    from ..translation.model import make_model
     from ..seed import set_seed
     from ..training import Trainer, save_checkpoint
+    from ..translation.model import make_model
+    from ..translation.pretrained import TOY_TRAINING, load_toy_data, toy_model_config
 
     if args.epochs is not None and args.epochs < 1:
         raise CLIError(f"--epochs 应为正整数，收到 {args.epochs}")
@@ -248,11 +248,11 @@ def _cmd_translate(args) -> int:
 def _cmd_evaluate(args) -> int:
     import torch
 
-    from ..translation.decoding import beam_search, ids_to_lists
-    from .progress import StageProgress
     from ..specials import PAD
     from ..training import evaluate
     from ..training.trainer import METRIC_NAMES
+    from ..translation.decoding import beam_search, ids_to_lists
+    from .progress import StageProgress
 
     _check_decoding_options(args)
     model, src_vocab, tgt_vocab, ckpt = _load(args.checkpoint)

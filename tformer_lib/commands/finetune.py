@@ -42,16 +42,16 @@ def register_finetune_command(sub) -> None:
 
 
 def _cmd_lm_finetune(args) -> int:
-    from .base import CLIError
-    from ..lm.pretrained import load_poem_model
-    from ..lm.training import load_lm, save_lm_checkpoint
-    from .progress import stage
-    from ..quant.quantize import dequantize_model
-    from ..training.checkpoint import check_checkpoint_path
     from ..finetune.adapter_file import save_adapter
     from ..finetune.lora import merge_lora, trainable_parameters
     from ..finetune.poet import poet_data
     from ..finetune.train import FINETUNE_RECIPE, finetune_poet, finetune_scores
+    from ..lm.pretrained import load_poem_model
+    from ..lm.training import load_lm, save_lm_checkpoint
+    from ..quant.quantize import dequantize_model
+    from ..training.checkpoint import check_checkpoint_path
+    from .base import CLIError
+    from .progress import stage
 
     if args.out is None and args.adapter_out is None:
         raise CLIError("至少给 --out（合并后的检查点）或 --adapter-out（适配器文件）之一，否则训练的结果没处放")

@@ -94,15 +94,15 @@ def _positive(name: str, value) -> None:
 def _cmd_lm_train(args) -> int:
     import torch
 
-    from .base import CLIError
-    from ..parallel.launch import init_from_env, is_rank0
-    from ..parallel.trainer import DistributedLMTrainer
-    from .progress import stage
-    from ..seed import set_seed
     from ..lm.metrics_log import MetricsLog, metrics_path
     from ..lm.model import make_lm
     from ..lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
     from ..lm.training import load_lm, save_lm_checkpoint
+    from ..parallel.launch import init_from_env, is_rank0
+    from ..parallel.trainer import DistributedLMTrainer
+    from ..seed import set_seed
+    from .base import CLIError
+    from .progress import stage
 
     for name in ("--steps", "--total-steps", "--save-every", "--n-kv-heads", "--accumulation-steps", "--batch-size",
                  "--warmup", "--eval-every", "--d-model", "--n-layers", "--n-heads", "--d-ff"):
@@ -204,12 +204,12 @@ def _cmd_lm_train(args) -> int:
 
 
 def _cmd_lm_generate(args) -> int:
-    from .base import CLIError
     from ..data.poems import FORMS
-    from ..unknown_tokens import UnknownTokenError, UnknownTokenWarning
     from ..lm.pretrained import load_poem_model
     from ..lm.quality import poem_lines, sample_poems
     from ..lm.training import load_lm
+    from ..unknown_tokens import UnknownTokenError, UnknownTokenWarning
+    from .base import CLIError
 
     form = _SHORT_FORMS.get(args.form, args.form)
     if form not in FORMS.values():

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from ..translation.config import TransformerConfig
 from ..measurement.costs import decoder_layer_flops, largest_tensor_bytes
 from ..parts.flash import tiled_attention
+from ..translation.config import TransformerConfig
 from ._core import (
     CheckResult,
     Mistake,

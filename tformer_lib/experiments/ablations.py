@@ -19,19 +19,17 @@ torch 版本与日期写进 JSON；随包附带的 ``results/ffn_ablation.json``
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
-import platform
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from ..translation.model import Transformer, count_parameters, make_model
-from ..translation.pretrained import TOY_TRAINING, preserve_global_rng, cpu_fingerprint, load_toy_data, toy_model_config
+from ..measurement.benchmarking import machine_info, read_results, save_results
 from ..seed import set_seed
 from ..training.trainer import Trainer, evaluate
+from ..translation.model import Transformer, count_parameters, make_model
+from ..translation.pretrained import TOY_TRAINING, load_toy_data, preserve_global_rng, toy_model_config
 
 __all__ = [
     "ZeroFeedForward",
@@ -45,6 +43,8 @@ __all__ = [
 ]
 
 #: 随包附带的结果文件
+#: 重新生成 :data:`FFN_ABLATION_RESULTS` 的命令（写进结果文件）
+COMMAND = "python -m tformer_lib.experiments.ablations"
 FFN_ABLATION_RESULTS = Path(__file__).resolve().parent.parent / "results" / "ffn_ablation.json"
 
 #: 三组模型：名字 → (toy_model_config 的覆盖项, 是否去掉 FFN)
@@ -128,32 +128,18 @@ def write_ffn_ablation_results(path: str | os.PathLike = FFN_ABLATION_RESULTS, *
     """（维护者用）单线程运行 :func:`run_ffn_ablation`，连同机器信息写成 JSON（先写临时文件再改名）。"""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
+    machine = machine_info()  # 单线程之下、开始训练时记下
     try:
         result = run_ffn_ablation(**kwargs)
     finally:
         torch.set_num_threads(previous)
-    result["produced_by"] = {
-        "command": "python -m tformer_lib.experiments.ablations",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "threads": 1,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpu": cpu_fingerprint(),
-    }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    result["produced_by"] = {"command": COMMAND, **machine}
+    return save_results(result, path)
 
 
 def load_ffn_ablation_results(path: str | os.PathLike = FFN_ABLATION_RESULTS) -> dict:
     """读回 :func:`write_ffn_ablation_results` 写的 JSON。"""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"找不到消融结果文件 {path}；用 python -m tformer_lib.experiments.ablations 生成")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_results(path, COMMAND)
 
 
 if __name__ == "__main__":  # pragma: no cover - 维护者脚本

@@ -12,12 +12,12 @@
 
 from __future__ import annotations
 
-import datetime
 import json
-import platform
 from pathlib import Path
 
 import torch
+
+from ..measurement.benchmarking import machine_info, read_results, save_results
 
 RESULTS_PATH = Path(__file__).resolve().parent.parent / "results" / "length_generalization.json"
 #: 重新生成随包结果文件的命令（写进文件里；scripts/regenerate_results.py 运行的也是它）
@@ -66,24 +66,18 @@ def run(**overrides) -> dict:
             cos = torch.nn.functional.cosine_similarity(table[:, None], table[None], dim=-1)  # (16, 16)
             out[kind]["encoder_table_cosine"] = [[round(float(v), 4) for v in row] for row in cos]
     return {"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}, "results": out,
-            "machine": f"{platform.machine()} / {platform.processor() or platform.system()}",
-            "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "date": datetime.date.today().isoformat(), "command": COMMAND}
+            "machine": machine_info(), "command": COMMAND}
 
 
 def load_results(path: Path | str = RESULTS_PATH) -> dict:
     """读取 :func:`run` 写下的结果文件。"""
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_results(path, COMMAND)
 
 
 def main() -> None:  # pragma: no cover - 手动运行
     torch.set_num_threads(1)
     result = run()
-    RESULTS_PATH.parent.mkdir(exist_ok=True)
-    tmp = RESULTS_PATH.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(RESULTS_PATH)
+    save_results(result, RESULTS_PATH)
     print(json.dumps(result["results"], ensure_ascii=False, indent=1))
 
 

@@ -17,10 +17,7 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -30,10 +27,10 @@ import torch
 from ..lm.model import make_lm
 from ..lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
 from ..lm.training import LMTrainer
-from ..translation.model import count_parameters
-from ..translation.pretrained import cpu_fingerprint
+from ..measurement.benchmarking import machine_info, read_results, save_results
 from ..seed import set_seed
 from ..training.trainer import TrainingDivergedError
+from ..translation.model import count_parameters
 
 __all__ = [
     "SPEED_ROUNDS",
@@ -227,17 +224,9 @@ def _one_thread():
         torch.set_num_threads(previous)
 
 
-def _machine_record(command: str, start: float) -> dict:
-    return {
-        "command": command,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "threads": 1,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpu": cpu_fingerprint(),
-        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "seconds": time.perf_counter() - start,
-    }
+def _machine_record(command: str, machine: dict, start: float) -> dict:
+    """结果文件的 ``produced_by``：命令、开始时在单线程之内取的 :func:`machine_info` 与从 ``start`` 起的秒数。"""
+    return {"command": command, **machine, "seconds": time.perf_counter() - start}
 
 
 def _command(flag: str, path: Path) -> str:
@@ -246,22 +235,15 @@ def _command(flag: str, path: Path) -> str:
     return command if Path(path).resolve() == VARIANT_RESULTS else f"{command}（结果文件 {path}）"
 
 
-def _write_json(result: dict, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")  # 同一目录下的临时文件，写完再改名（目标本身以 .tmp 结尾也不冲突）
-    tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
 def write_variant_results(path: str | os.PathLike = VARIANT_RESULTS, **kwargs) -> Path:
     """（维护者用）单线程运行 :func:`run_variant_comparison`，连同机器信息写成 JSON（先写临时文件再改名）。"""
     start = time.perf_counter()
     with _one_thread():
+        machine = machine_info()
         result = run_variant_comparison(**kwargs)
-    result["produced_by"] = _machine_record("python -m tformer_lib.experiments.modern_variants", start)
+    result["produced_by"] = _machine_record("python -m tformer_lib.experiments.modern_variants", machine, start)
     result["speed_produced_by"] = result["produced_by"]
-    return _write_json(result, Path(path))
+    return save_results(result, path)
 
 
 def remeasure_variant_speed(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
@@ -271,11 +253,12 @@ def remeasure_variant_speed(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
     result = load_variant_results(path)
     start = time.perf_counter()
     with _one_thread():
+        machine = machine_info()
         data = poem_data()
         result["arms"] = _cost_rows(result["settings"]["arms"], data["tokenizer"].vocab_size, data["train_blocks"],
                                     result["settings"]["training"]["batch_size"])
-    result["speed_produced_by"] = _machine_record(_command("--speed-only", path), start)
-    return _write_json(result, path)
+    result["speed_produced_by"] = _machine_record(_command("--speed-only", path), machine, start)
+    return save_results(result, path)
 
 
 def add_warmup_runs(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
@@ -285,19 +268,17 @@ def add_warmup_runs(path: str | os.PathLike = VARIANT_RESULTS) -> Path:
     result = load_variant_results(path)
     start = time.perf_counter()
     with _one_thread():
+        machine = machine_info()
         ablation = run_warmup_ablation(seeds=result["settings"]["seeds"], verbose=True)
     result["runs"] = [r for r in result["runs"] if r["arm"] not in WARMUP_ARMS] + ablation["runs"]
     result["settings"]["warmup_arms"] = ablation["warmup_arms"]
-    result["warmup_produced_by"] = _machine_record(_command("--warmup-only", path), start)
-    return _write_json(result, path)
+    result["warmup_produced_by"] = _machine_record(_command("--warmup-only", path), machine, start)
+    return save_results(result, path)
 
 
 def load_variant_results(path: str | os.PathLike = VARIANT_RESULTS) -> dict:
     """读回 :func:`write_variant_results` 写的 JSON。"""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"找不到对比结果文件 {path}；用 python -m tformer_lib.experiments.modern_variants 生成")
-    result = json.loads(path.read_text(encoding="utf-8"))
+    result = read_results(path, "python -m tformer_lib.experiments.modern_variants")
     missing = [k for k in ("runs", "arms", "settings") if not isinstance(result, dict) or k not in result]
     if missing:
         raise ValueError(f"{path} 不是 python -m tformer_lib.experiments.modern_variants 写的结果文件：缺 {missing}")

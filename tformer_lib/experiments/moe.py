@@ -29,9 +29,9 @@ from ..lm.data import encode_documents, loss_targets, pack_documents, split_docu
 from ..lm.model import make_lm
 from ..lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
 from ..lm.training import LMTrainer
-from ..translation.model import count_parameters
 from ..seed import set_seed
 from ..specials import PAD
+from ..translation.model import count_parameters
 
 __all__ = ["RESULTS_PATH", "MOE_ARMS", "MOE_LABELS", "MOE_TRAINING", "CAPACITY_FACTORS", "moe_arm_config",
            "active_parameters", "evaluate_with_capacity", "measure_moe", "main"]

@@ -18,15 +18,14 @@
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
-import platform
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..measurement.benchmarking import machine_info, read_results, save_results
 
 __all__ = ["EXPERIMENTS", "NORMS", "RESULTS_PATH", "run_study", "load_study", "main"]
 
@@ -72,23 +71,12 @@ def _one_run(experiment: str, norm: str, seed: int) -> dict[str, Any]:
     }
 
 
-def _machine() -> dict[str, Any]:
-    from tformer_lib.translation.pretrained import cpu_fingerprint
-
-    return {
-        "cpu": cpu_fingerprint(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }
-
-
 def run_study(seeds=(0, 1, 2), experiments=tuple(EXPERIMENTS), *, threads: int = 1, log=print) -> dict[str, Any]:
     """训练全部 ``experiments × NORMS × seeds``，返回可写成 JSON 的结果字典（不读写任何缓存）。"""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        machine = machine_info()  # 设好线程数之后、训练之前
         runs = []
         for exp in experiments:
             for norm in NORMS:
@@ -101,8 +89,8 @@ def run_study(seeds=(0, 1, 2), experiments=tuple(EXPERIMENTS), *, threads: int =
         return {
             "experiments": {k: EXPERIMENTS[k] for k in experiments},
             "seeds": list(seeds),
-            "machine": _machine(),
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine,
+            "date": machine["date"],
             "command": "python -m tformer_lib.experiments.norm_placement",
             "runs": runs,
         }
@@ -115,10 +103,7 @@ def load_study(path: str | os.PathLike | None = None) -> dict[str, Any]:
 
     返回的字典多一个键 ``"by"``：``by[experiment][norm]`` 是按种子排好的运行列表。
     """
-    p = Path(path) if path is not None else RESULTS_PATH
-    if not p.exists():
-        raise FileNotFoundError(f"找不到结果文件 {p}；用 python -m tformer_lib.experiments.norm_placement 生成")
-    data = json.loads(p.read_text(encoding="utf-8"))
+    data = read_results(path if path is not None else RESULTS_PATH, "python -m tformer_lib.experiments.norm_placement")
     by: dict[str, dict[str, list]] = {}
     for run in sorted(data["runs"], key=lambda r: r["seed"]):
         by.setdefault(run["experiment"], {}).setdefault(run["norm"], []).append(run)
@@ -133,10 +118,7 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     result = run_study(tuple(args.seeds), threads=args.threads)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
-    tmp.replace(args.out)
+    save_results(result, args.out)
     print(f"写入 {args.out}", file=sys.stderr)
 
 

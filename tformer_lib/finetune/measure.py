@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 
-from .memory import finetune_memory
 from .lora import trainable_parameters
+from .memory import finetune_memory
 from .poet import poet_data
 from .train import FINETUNE_RECIPE, finetune_poet, finetune_scores
 
@@ -103,8 +103,8 @@ def summarize(result: dict) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from ..measurement.benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
     from ..lm import load_poem_model
+    from ..measurement.benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
 
     p = measurement_parser("tformer_lib.finetune.measure", "第 17 章：全量微调 vs LoRA vs QLoRA 在一位诗人上的实测")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from ..measurement.benchmarking import machine_info, ratio_summary, save_results
 from ..lm.generate import generate
+from ..measurement.benchmarking import machine_info, ratio_summary, save_results
 from ..measurement.profiling import matmul_peak_flops
 from ..serving.roofline import measure_memory_bandwidth
 from ..serving.speculative import expected_speedup

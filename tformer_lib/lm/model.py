@@ -13,11 +13,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .._checks import bool_mask, non_empty_sequence, tensor_with_dim, token_ids
+from ..moe import MoEFeedForward
 from ..parts.attention import MultiHeadAttention
 from ..parts.feedforward import PositionwiseFeedForward
 from ..parts.layers import ResidualNorm
 from ..parts.masks import combine_masks
-from ..moe import MoEFeedForward
 from ..parts.norms import make_norm
 from ..parts.positional import RopeTables, sinusoidal_positional_encoding
 from .cache import LMCache

@@ -110,7 +110,7 @@ def build_poem_checkpoint(path: str | os.PathLike | None = None, verbose: bool =
     中途被打断可用 ``--resume`` 精确续训），再 ``build_poem_checkpoint(from_checkpoint="run.pt")`` 转成随书检查点；
     这时核对它的配方与 :data:`POEM_RECIPE` 相同且已训完全部步数。
     """
-    from ..translation.pretrained import cpu_fingerprint
+    from ..seed import cpu_fingerprint
 
     if from_checkpoint is not None:
         model, tokenizer, ckpt = load_lm(from_checkpoint)

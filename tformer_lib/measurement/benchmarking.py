@@ -32,11 +32,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..parts.attention import MultiHeadAttention
-from ..translation.config import TransformerConfig
 from ..parts.masks import causal_mask, padding_mask
-from ..translation.model import make_model
 from ..parts.positional import sinusoidal_positional_encoding
+from ..seed import cpu_fingerprint
 from ..specials import PAD
+from ..translation.config import TransformerConfig
+from ..translation.model import make_model
 
 __all__ = [
     "RESULTS_PATH",
@@ -53,6 +54,7 @@ __all__ = [
     "benchmark_attention_paths",
     "run_benchmarks",
     "save_results",
+    "read_results",
     "load_results",
 ]
 
@@ -160,14 +162,8 @@ def ratio_summary(numerator: Sequence[float], denominator: Sequence[float]) -> d
 
 def machine_info() -> dict[str, Any]:
     """在哪里测的：CPU 型号与指令集、逻辑核数、平台、Python 与 torch 版本、torch 线程数、当时的平均负载、UTC 日期时间。"""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
     return {
-        "cpu": f"{model} | {torch.backends.cpu.get_cpu_capability()}",
+        "cpu": cpu_fingerprint(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -312,19 +308,32 @@ def run_benchmarks(*, rounds: int = 15, threads: int = 1, include_base: bool = F
         torch.set_num_threads(previous)
 
 
-def save_results(result: Mapping[str, Any], path: str | os.PathLike) -> Path:
-    """把 :func:`run_benchmarks` 的结果原子地写成 JSON（临时文件 + 改名）。"""
+def save_results(result: Mapping[str, Any], path: str | os.PathLike,
+                 layout: Callable[[str], str] | None = None) -> Path:
+    """全库唯一的结果文件写法：把 ``result`` 原子地写成 JSON（同一目录下的临时文件写完再改名），返回路径。
+
+    ``layout``（可选）在写出前改排版，如把长的数字列表排在一行（:mod:`tformer_lib.serving.benchmark`）。
+    """
+    text = json.dumps(result, ensure_ascii=False, indent=1)
+    if layout is not None:
+        text = layout(text)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+    tmp = p.with_name(f".{p.name}.tmp")  # 隐藏的临时文件：即使目标本身以 .tmp 结尾也不冲突
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(p)
     return p
+
+
+def read_results(path: str | os.PathLike, command: str) -> dict[str, Any]:
+    """全库唯一的结果文件读法：读 ``path`` 的 JSON；文件不在时报错，并说出生成它的命令 ``command``。"""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"找不到结果文件 {p}；用 {command} 生成")
+    return json.loads(p.read_text(encoding="utf-8"))
 
 
 def load_results(path: str | os.PathLike | None = None) -> dict[str, Any]:
     """读取基准结果 JSON，默认随包附带的 :data:`RESULTS_PATH`。"""
     p = Path(path) if path is not None else RESULTS_PATH
-    if not p.exists():
-        raise FileNotFoundError(f"找不到基准结果 {p}；用 python benchmarks/train_step.py --out {p} 生成")
-    return json.loads(p.read_text(encoding="utf-8"))
+    return read_results(p, f"python benchmarks/train_step.py --out {p}")

@@ -160,8 +160,8 @@ def compare_autocast_training(steps: int = 30, modes=("fp32", "bf16"), seed: int
 
     ``model_overrides`` 替换配方里的模型配置（测试用更小的模型）。学习率调度按 ``steps`` 的全长。
     """
-    from ..lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
     from ..lm.model import make_lm
+    from ..lm.pretrained import POEM_RECIPE, poem_data, poem_model_config
     from ..lm.training import LMTrainer
 
     data = poem_data()

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._checks import positive_int
-from ..parts.positional import RopeTables
 from ..lm.data import loss_targets
+from ..parts.positional import RopeTables
 from ..specials import PAD
 from .comm import record, recording
 from .schedule import PipelineEvent, idle_fraction, stage_order

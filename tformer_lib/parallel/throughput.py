@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -79,8 +78,8 @@ def run_throughput_rounds(rounds: int = 5, steps: int = 5, batch_size: int = 16,
     1 分钟平均负载（``load_average``），看得出负载与两种布局之比的关系。
     """
     from ..lm import poem_data
-    from ..lm.pretrained import POEM_RECIPE, poem_model_config
     from ..lm.model import make_lm
+    from ..lm.pretrained import POEM_RECIPE, poem_model_config
     from ..seed import set_seed
 
     data = poem_data()
@@ -100,7 +99,7 @@ def run_throughput_rounds(rounds: int = 5, steps: int = 5, batch_size: int = 16,
 
 def write_throughput_results(path=THROUGHPUT_RESULTS, **kwargs):
     """（维护者用）跑 :func:`run_throughput_rounds`，连同命令、机器、日期写成 JSON（临时文件 + 改名）。"""
-    from ..measurement.benchmarking import machine_info
+    from ..measurement.benchmarking import machine_info, save_results
 
     info = machine_info()  # 开始时的平均负载
     start = time.perf_counter()
@@ -109,20 +108,14 @@ def write_throughput_results(path=THROUGHPUT_RESULTS, **kwargs):
     info["seconds"] = round(time.perf_counter() - start, 1)
     info["threads"] = "1×2 与 2×1（见各轮）"
     result["produced_by"] = {"command": "python -m tformer_lib.parallel.throughput " + " ".join(sys.argv[1:]), **info}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return save_results(result, path)
 
 
 def load_throughput_results(path=THROUGHPUT_RESULTS) -> dict:
     """读回 :func:`write_throughput_results` 写的 JSON（第 12 章用它画图）。"""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"找不到吞吐结果文件 {path}；用 python -m tformer_lib.parallel.throughput --out {path} 生成")
-    return json.loads(path.read_text(encoding="utf-8"))
+    from ..measurement.benchmarking import read_results
+
+    return read_results(path, f"python -m tformer_lib.parallel.throughput --out {path}")
 
 
 def main(argv=None) -> int:  # pragma: no cover - 维护者脚本

@@ -22,8 +22,8 @@ import functools
 import torch
 from torch import nn
 
-from ..parts.kv_cache import AttentionCache
 from ..lm.cache import LMCache
+from ..parts.kv_cache import AttentionCache
 from ..serving.paged_cache import PagedKVCache
 from .affine import SCALE_DTYPE, dequantize_symmetric, quantize_symmetric
 

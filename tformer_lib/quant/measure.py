@@ -116,8 +116,8 @@ def measure_quantization(base, tokenizer, data: dict, *, rows=ROWS, n_samples: i
 
 
 def main(argv=None) -> int:
-    from ..measurement.benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
     from ..lm import load_poem_model, poem_data
+    from ..measurement.benchmarking import machine_info, measurement_parser, measurement_record, parse_measurement_args, save_results
 
     p = measurement_parser("tformer_lib.quant.measure", "量化在随书唐诗模型上的代价：字节、困惑度、体裁正确率、背书率")
     p.add_argument("--samples", type=int, default=200, help="作诗的提示数")

@@ -39,13 +39,13 @@ from ..measurement.memory import (
     model_state_bytes,
     training_memory,
 )
+from ..measurement.profiling import lm_training_flops
 from ..parallel.comm import data_parallel_payload, pipeline_payload, ring_all_reduce_bytes, tensor_parallel_payload
 from ..parallel.layout import layout_parameters_per_rank
 from ..parallel.pipeline import bubble_fraction, split_points
 from ..parallel.ring_attention import LAYOUTS, ring_attention_payload, ring_attention_saved_bytes
 from ..parallel.ulysses import ulysses_payload
 from ..parallel.zero import ZERO_STAGES, zero_bytes_per_rank
-from ..measurement.profiling import lm_training_flops
 from ..serving.roofline import attainable_flops, decode_cost
 from .accelerators import ACCELERATORS, GB
 

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
 import statistics
@@ -28,24 +27,19 @@ from torch import nn
 
 from .._checks import positive_int
 from ..lm.generate import generate
+from ..measurement.benchmarking import machine_info, read_results
+from ..measurement.benchmarking import save_results as _save
 from ._validate import check_model
 from .engine import Engine
 from .speculative import expected_speedup, layer_skip_draft, speculative_generate
 from .workload import WorkItem, make_workload, run_continuous, run_static, summarize
 
-__all__ = ["RESULTS_PATH", "machine_record", "benchmark_prompts", "batching_benchmark", "prefix_caching_benchmark",
+__all__ = ["RESULTS_PATH", "benchmark_prompts", "batching_benchmark", "prefix_caching_benchmark",
            "speculative_benchmark", "serving_results", "save_results", "load_results", "report"]
 
 RESULTS_PATH = Path(__file__).resolve().parent.parent / "results" / "serving.json"
 #: 重新生成随包结果文件的命令（写进文件里；scripts/regenerate_results.py 运行的也是它）
 COMMAND = "python -m tformer_lib.serving.benchmark --out tformer_lib/results/serving.json --rounds 7"
-
-
-def machine_record() -> dict:
-    """写进结果文件的运行环境（就是 :func:`tformer_lib.measurement.benchmarking.machine_info`）。"""
-    from ..measurement.benchmarking import machine_info
-
-    return machine_info()
 
 
 def benchmark_prompts(tokenizer, n: int = 200, seed: int = 0) -> list[list[int]]:
@@ -119,7 +113,7 @@ def batching_benchmark(model: nn.Module, items: Sequence[WorkItem], *, rounds: i
     static_rows = [r["static"] for r in per_round]
     continuous_rows = [r["continuous"] for r in per_round]
     return {
-        "machine": machine_record(),
+        "machine": machine_info(),
         "workload": {"requests": len(items), "max_batch": max_batch, "min_prefill": min_prefill,
                      "block_size": block_size,
                      "prompt_tokens": sum(len(it.prompt) for it in items),
@@ -263,7 +257,7 @@ def speculative_benchmark(target: nn.Module, draft: nn.Module, prompts: Sequence
                      "speedup_median": statistics.median(speedups), "speedups": speedups,
                      "cpu_speedup_median": statistics.median(cpu_speedups), "cpu_speedups": cpu_speedups,
                      "expected_speedup": expected_speedup(alpha, k, cost_ratio)})
-    return {"machine": machine_record(), "cost_ratio": cost_ratio, "cost_ratio_wall": cost_ratio_wall,
+    return {"machine": machine_info(), "cost_ratio": cost_ratio, "cost_ratio_wall": cost_ratio_wall,
             "step_ms": step_ms,
             "draft_parameters": sum(p.numel() for p in draft.parameters()),
             "target_parameters": sum(p.numel() for p in target.parameters()),
@@ -284,7 +278,7 @@ def serving_results(*, quick: bool = False, requests: int = 96, rounds: int = 3,
     prompts = benchmark_prompts(tokenizer)
     mean_new, rate = 20, 1000
     items = make_workload(prompts, requests, max_len=model.config.max_len, seed=0, mean_new_tokens=mean_new, rate=rate)
-    result = {"machine": machine_record(), "quick": quick, "command": COMMAND}
+    result = {"machine": machine_info(), "quick": quick, "command": COMMAND}
     result["batching"] = batching_benchmark(model, items, rounds=rounds, max_batch=max_batch, eos_id=EOS)
     result["batching"]["workload"].update(seed=0, mean_new_tokens=mean_new, arrival_rate_per_s=rate)
     # 前缀缓存：8 个请求共用“体裁 + 题目 + 前四句”这段前缀（两个满块以上），各自再接一个不同的字
@@ -312,25 +306,21 @@ _NUMBERS = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
 _PAIRS = re.compile(r"\[\s*(\[[^\[\]]*\](?:,\s*\[[^\[\]]*\])*)\s*\]")
 
 
-def save_results(result: dict, path: str | Path = RESULTS_PATH) -> Path:
-    """原子地写成 JSON（临时文件 + 改名）；数字列表与（步, 槽位）列表各占一行，文件才不至于很长。"""
-    text = json.dumps(result, ensure_ascii=False, indent=1)
+def _one_line_lists(text: str) -> str:
+    """数字列表与（步, 槽位）列表各排成一行，文件才不至于很长。"""
     text = _NUMBERS.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
-    text = _PAIRS.sub(lambda m: "[" + ", ".join(re.findall(r"\[[^\[\]]*\]", m.group(1))) + "]", text)
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    tmp.replace(p)
-    return p
+    return _PAIRS.sub(lambda m: "[" + ", ".join(re.findall(r"\[[^\[\]]*\]", m.group(1))) + "]", text)
+
+
+def save_results(result: dict, path: str | Path = RESULTS_PATH) -> Path:
+    """原子地写成 JSON（:func:`~tformer_lib.measurement.benchmarking.save_results`），列表各占一行。"""
+    return _save(result, path, layout=_one_line_lists)
 
 
 def load_results(path: str | Path | None = None) -> dict:
     """读结果文件，默认随包的 :data:`RESULTS_PATH`。"""
     p = Path(path) if path is not None else RESULTS_PATH
-    if not p.exists():
-        raise FileNotFoundError(f"找不到推理服务的结果 {p}；用 python -m tformer_lib.serving.benchmark --out {p} 生成")
-    return json.loads(p.read_text(encoding="utf-8"))
+    return read_results(p, f"python -m tformer_lib.serving.benchmark --out {p}")
 
 
 _REPORT_KEYS = {

@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..specials import BOS, EOS, PAD
 from .._checks import check_suppress_ids
+from ..specials import BOS, EOS, PAD
 from ._validate import check_model
 from .engine import Engine
 
@@ -219,10 +219,9 @@ def _run_lane(lane: str, threads: int) -> dict:
 
 def load_results(path=None) -> dict:
     """读取结果文件（默认随包的 :data:`RESULTS_PATH`）。"""
-    p = Path(path) if path is not None else RESULTS_PATH
-    if not p.exists():
-        raise FileNotFoundError(f"找不到结果文件 {p}；用 {COMMAND} 生成")
-    return json.loads(p.read_text(encoding="utf-8"))
+    from ..measurement.benchmarking import read_results
+
+    return read_results(path if path is not None else RESULTS_PATH, COMMAND)
 
 
 def main(argv=None) -> int:

@@ -41,7 +41,7 @@ def train_draft_model(recipe: dict = DRAFT_RECIPE, *, steps: int | None = None, 
 def build_draft_checkpoint(path: str | os.PathLike | None = None, *, steps: int | None = None,
                            verbose: bool = True) -> Path:
     """（维护者用）按配方的线程数训练草稿并原子地写出检查点（权重 float16），记下耗时与验证集损失。"""
-    from ..translation.pretrained import cpu_fingerprint
+    from ..seed import cpu_fingerprint
 
     previous = torch.get_num_threads()
     torch.set_num_threads(DRAFT_RECIPE["threads"])

@@ -34,10 +34,10 @@ from pathlib import Path
 import torch
 
 from .._checks import positive_int, positive_ints
-from ._validate import check_model, non_negative_int
 from ..lm.cache import LMCache
 from ..lm.config import LMConfig
 from ..lm.model import make_lm
+from ._validate import check_model, non_negative_int
 from .roofline import decode_cost, measure_memory_bandwidth
 
 __all__ = ["RESULTS_PATH", "COMMAND", "decode_config", "filled_cache", "decode_step", "gqa_decode_benchmark",
@@ -177,12 +177,9 @@ def gqa_decode_benchmark(*, kv_heads: Sequence[int] = (8, 2, 1), contexts: Seque
 
 def load_results(path=None) -> dict:
     """读取结果文件（默认随包的 :data:`RESULTS_PATH`）。"""
-    import json
+    from ..measurement.benchmarking import read_results
 
-    p = Path(path) if path is not None else RESULTS_PATH
-    if not p.exists():
-        raise FileNotFoundError(f"找不到结果文件 {p}；用 {COMMAND} 生成")
-    return json.loads(p.read_text(encoding="utf-8"))
+    return read_results(path if path is not None else RESULTS_PATH, COMMAND)
 
 
 def main(argv=None) -> int:

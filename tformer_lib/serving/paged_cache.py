@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 
 from .._checks import flag
-from ..parts.kv_cache import AttentionCache
 from ..lm.cache import LMCache
+from ..parts.kv_cache import AttentionCache
 from ._validate import check_model, non_negative_int
 
 __all__ = ["BlockManager", "PagedKVCache", "OutOfBlocksError"]

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..translation.config import TransformerConfig
 from ..data.vocab import Vocab
+from ..translation.config import TransformerConfig
 from ..translation.model import make_model
 
 __all__ = [

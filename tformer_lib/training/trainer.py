@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ..translation.decoding import model_max_len, greedy_decode, ids_to_lists
 from ..data.batching import Batch, batch_iterator, num_batches
+from ..translation.decoding import model_max_len, greedy_decode, ids_to_lists
 from .loss import check_smoothing, label_smoothing_loss
 from .schedule import make_optimizer, make_scheduler
 

@@ -5,12 +5,12 @@ from torch import nn
 
 from .._checks import bool_mask, flag, last_dim, non_empty_sequence, same_batch, tensor_with_dim
 from ..parts.attention import MultiHeadAttention
-from .config import TransformerConfig
 from ..parts.embedding import TokenEmbedding
 from ..parts.kv_cache import KVCache
 from ..parts.layers import DecoderLayer, EncoderLayer
 from ..parts.masks import causal_mask, combine_masks, padding_mask
 from ..parts.positional import LearnedPositionalEmbedding, NoPositionalEncoding, SinusoidalPositionalEncoding
+from .config import TransformerConfig
 
 
 class Encoder(nn.Module):

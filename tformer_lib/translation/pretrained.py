@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import random
 import warnings
 from contextlib import contextmanager
@@ -33,14 +32,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import TransformerConfig
 from ..data.batching import encode_pairs
 from ..data.toy_zh_en import ToyCorpus, make_toy_corpus
 from ..data.vocab import Vocab
-from .model import Transformer, make_model
-from ..seed import set_seed
+from ..seed import cpu_fingerprint, set_seed
 from ..training.checkpoint import CheckpointError, load_model, save_checkpoint
 from ..training.trainer import History, Trainer
+from .config import TransformerConfig
+from .model import Transformer, make_model
 
 __all__ = [
     "cache_dir",
@@ -244,17 +243,6 @@ def shipped_checkpoint_path(positional: str = "sinusoidal", epochs: int | None =
     config = toy_model_config(len(data["src_vocab"]), len(data["tgt_vocab"]), positional)
     training = {**TOY_TRAINING, **({"epochs": epochs} if epochs is not None else {})}
     return SHIPPED_DIR / f"toy_zh_en-{positional}-{_fingerprint(config, training, 0, data['corpus'])}.pt"
-
-
-def cpu_fingerprint() -> str:
-    """CPU 型号与 torch 选用的指令集（如 AVX2、AVX512）：浮点结果逐位可复现只在同一指纹下成立。"""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{model} | {torch.backends.cpu.get_cpu_capability()}"
 
 
 def build_shipped_checkpoints(directory: str | os.PathLike | None = None,
