@@ -16,6 +16,11 @@ import torch
 
 torch.set_num_threads(1)
 
+# 读取张量取值的检查（词元 id、位置越界）在测试里一律打开，不论张量在哪个设备上（默认只在 CPU 上做）
+import tformer_lib._checks  # noqa: E402
+
+tformer_lib._checks.CHECK_VALUES = True
+
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -1,19 +1,43 @@
-"""输入检查：坏输入给出清楚的错误——点名参数、收到了什么、期望什么。"""
+"""输入检查：坏输入给出清楚的错误——点名参数、收到了什么、期望什么。
+
+检查放在边界上（配置、构造函数、公开入口）。``forward`` 与解码的热循环里只查不花时间的东西（形状、dtype）；
+要读出张量取值的检查（词元 id、位置是否越界）由 :func:`check_values` 把关：它们在 GPU 上每次都要让主机等设备。
+"""
 
 import math
 import numbers
+import os
 from collections.abc import Sequence
 
 import torch
 
+#: 数据相关检查的开关（debug switch）：``None``（默认）= 只在 CPU 张量上做（在 CPU 上读出取值几乎不花时间，
+#: 读者与测试都在 CPU 上，坏 id 照样得到点名参数的错误）；``True`` / ``False`` = 一律做 / 一律不做。
+#: 环境变量 ``TFORMER_CHECK_VALUES=1`` 或 ``0`` 在导入时设定它；测试（``tests/conftest.py``）把它设为 ``True``。
+CHECK_VALUES: bool | None = {"1": True, "0": False}.get(os.environ.get("TFORMER_CHECK_VALUES", ""))
 
-def positive_int(name: str, value) -> int:
-    """要求 ``value`` 是正整数。"""
-    if isinstance(value, bool) or not isinstance(value, int):
+
+def check_values(x: torch.Tensor) -> bool:
+    """要不要对 ``x`` 做读取取值的检查（见 :data:`CHECK_VALUES`）。"""
+    return CHECK_VALUES if CHECK_VALUES is not None else x.device.type == "cpu"
+
+
+def positive_int(name: str, value, minimum: int = 1) -> int:
+    """要求 ``value`` 是 ≥ ``minimum``（默认 1）的整数（NumPy 的整数也算，bool 不算），返回 Python ``int``。"""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} 应是正整数，收到 {value}")
-    return value
+    if value < minimum:
+        raise ValueError(f"{name} 应是正整数，收到 {value}" if minimum == 1 else f"{name} 应 ≥ {minimum}，收到 {value}")
+    return int(value)
+
+
+def non_negative_int(name: str, value) -> int:
+    """要求 ``value`` 是非负整数（NumPy 的整数也算，bool 不算），返回 Python ``int``。"""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} 应是非负整数，收到 {value}")
+    return int(value)
 
 
 def positive_ints(name: str, values) -> list[int]:
@@ -48,12 +72,12 @@ def non_empty_sequence(name: str, x: torch.Tensor, seq_dim: int = -2) -> None:
 
 
 def token_ids(name: str, tokens, vocab_size: int) -> torch.Tensor:
-    """要求 ``tokens`` 是整数张量，且每个 id 都落在 ``[0, vocab_size)`` 内。"""
+    """要求 ``tokens`` 是整数张量，且每个 id 都落在 ``[0, vocab_size)`` 内（范围要读取值：:func:`check_values`）。"""
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} 应是由词元 id 组成的 torch.Tensor，收到 {type(tokens).__name__}")
     if tokens.dtype.is_floating_point or tokens.dtype == torch.bool or tokens.is_complex():
         raise TypeError(f"{name} 应是整数类型的词元 id，收到 dtype {tokens.dtype}")
-    if tokens.numel() > 0:
+    if tokens.numel() > 0 and check_values(tokens):
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab_size:
             raise ValueError(
@@ -199,6 +223,15 @@ def last_dim(name: str, x: torch.Tensor, expected: int, owner: str) -> None:
         raise ValueError(f"{name} 的最后一维是 {x.shape[-1]}，但{owner}={expected}（{name} 的形状 {tuple(x.shape)}）")
 
 
+def finite_real(name: str, value, *, above: float | None = None, at_least: float | None = None) -> float:
+    """要求 ``value`` 是有限的实数（排除 inf、NaN、布尔值与非数），可再要求 ``> above`` 或 ``≥ at_least``；返回 ``float``。"""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or (
+            above is not None and value <= above) or (at_least is not None and value < at_least):
+        bound = f" > {above:g}" if above is not None else f" ≥ {at_least:g}" if at_least is not None else ""
+        raise ValueError(f"{name} 应是{bound} 的有限数，收到 {value!r}" if bound else f"{name} 应是有限的数，收到 {value!r}")
+    return float(value)
+
+
 def finite_positive(name: str, value) -> float:
     """要求 ``value`` 是有限的正数（排除 0、负数、inf、NaN 与布尔值）。"""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
@@ -220,3 +253,15 @@ def check_suppress_ids(suppress_ids, vocab_size: int | None = None) -> tuple[int
         if vocab_size is not None and not 0 <= t < vocab_size:
             raise ValueError(f"suppress_ids 里的 id 应在 [0, {vocab_size}) 内，收到 {t}")
     return tuple(int(t) for t in ids)
+
+
+def language_model(name: str, model) -> torch.nn.Module:
+    """要求 ``model`` 是带 ``config``（``vocab_size``、``max_len``）的语言模型，例如 :class:`~tformer_lib.lm.DecoderOnlyLM`。
+
+    只看“长得像”（duck typing），不导入 ``lm``：这里是包的最底层。
+    """
+    config = getattr(model, "config", None)
+    if not isinstance(model, torch.nn.Module) or not all(hasattr(config, a) for a in ("vocab_size", "max_len")):
+        raise TypeError(f"{name} 应是语言模型（带 .config 的 DecoderOnlyLM，如 make_lm(config) 的结果），"
+                        f"收到 {type(model).__name__}")
+    return model

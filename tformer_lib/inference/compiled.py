@@ -29,10 +29,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .._checks import flag
+from .._checks import check_suppress_ids, flag, language_model
 from ..lm.generate import check_eos_id, check_top_k, check_top_p, greedy_tokens, next_token_distribution
 from ..temperature import check_temperature, is_greedy_temperature
-from ..serving._validate import check_model, check_suppress_ids
 from ..serving.ragged import left_pad
 from ..specials import BOS, PAD
 from .static_cache import StaticKVCache
@@ -82,7 +81,7 @@ class StaticDecoder:
 
     def __init__(self, model: nn.Module, *, compile: bool = True, mode: str | None = None, max_len: int | None = None,
                  freeze: bool = False, skip_guards: bool = False, cpp_wrapper: bool = False):
-        check_model("model", model)
+        language_model("model", model)
         if not hasattr(model, "embed") or not hasattr(model, "blocks"):
             raise TypeError(f"model 应是 DecoderOnlyLM（有 embed 与 blocks），收到 {type(model).__name__}")
         for name, value in (("compile", compile), ("freeze", freeze), ("skip_guards", skip_guards),

@@ -15,9 +15,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .._checks import positive_int
+from .._checks import check_suppress_ids, language_model, positive_int
 from ..lm.generate import check_eos_id
-from ..serving._validate import check_model, check_suppress_ids
 from ..serving.speculative import SpeculativeStats
 from ..specials import BOS, PAD
 from .compiled import StaticDecoder, inductor_options
@@ -34,8 +33,8 @@ class CompiledSpeculative:
 
     def __init__(self, target, draft, k: int = 2, *, compile: bool = True, freeze: bool = False,
                  skip_guards: bool = False, cpp_wrapper: bool = False):
-        check_model("target", target)
-        check_model("draft", draft)
+        language_model("target", target)
+        language_model("draft", draft)
         self.k = positive_int("k", k)
         if target.config.vocab_size != draft.config.vocab_size:
             raise ValueError(f"draft 的词表大小 {draft.config.vocab_size} 与 target 的 {target.config.vocab_size} 不同")

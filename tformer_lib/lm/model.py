@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .._checks import bool_mask, non_empty_sequence, tensor_with_dim, token_ids
+from .._checks import bool_mask, check_values, non_empty_sequence, tensor_with_dim, token_ids
 from ..moe import MoEFeedForward
 from ..parts.attention import MultiHeadAttention
 from ..parts.feedforward import PositionwiseFeedForward
@@ -106,6 +106,23 @@ class DecoderOnlyLM(nn.Module):
         """为增量生成新建一个空的 K/V 缓存。"""
         return LMCache(len(self.blocks))
 
+    def _check_call(self, tokens, cache, attn_mask) -> None:
+        """:meth:`forward` 的参数检查：形状、类型与缓存是否配套（词元 id 的范围要读取值，见 ``_checks.check_values``）。"""
+        tensor_with_dim("tokens", tokens, 2, "(B, T)")
+        non_empty_sequence("tokens", tokens, seq_dim=1)
+        token_ids("tokens", tokens, self.config.vocab_size)
+        if cache is not None:
+            if not isinstance(cache, LMCache):
+                raise TypeError(f"cache 应是 model.new_cache() 得到的 LMCache，收到 {type(cache).__name__}")
+            if len(cache.layers) != len(self.blocks):
+                raise ValueError(f"cache 有 {len(cache.layers)} 层，模型有 {len(self.blocks)} 块：请用 model.new_cache()")
+            cached = cache.layers[0].k
+            if cached is not None and cached.shape[0] != tokens.shape[0]:
+                raise ValueError(f"tokens 的批大小是 {tokens.shape[0]}，cache 里存的是批大小 {cached.shape[0]}：两者必须相同")
+        if attn_mask is not None:
+            start = cache.length if cache is not None else 0
+            bool_mask("attn_mask", attn_mask, (tokens.shape[0], self.config.n_heads, tokens.shape[1], start + tokens.shape[1]))
+
     def _positions(self, tokens: torch.Tensor, start: int, positions) -> torch.Tensor:
         batch, length = tokens.shape
         max_len = self.config.max_len
@@ -120,7 +137,7 @@ class DecoderOnlyLM(nn.Module):
             raise TypeError(f"positions 应是整数张量 (T,) 或 (B, T)，收到 {getattr(positions, 'dtype', type(positions))}")
         if tuple(positions.shape) not in ((length,), (batch, length)):
             raise ValueError(f"positions 的形状应为 ({length},) 或 ({batch}, {length})，收到 {tuple(positions.shape)}")
-        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= max_len):
+        if positions.numel() and check_values(positions) and (int(positions.min()) < 0 or int(positions.max()) >= max_len):
             raise ValueError(
                 f"positions 取值在 [{int(positions.min())}, {int(positions.max())}]，超出上下文长度 [0, {max_len - 1}]"
             )
@@ -151,23 +168,13 @@ class DecoderOnlyLM(nn.Module):
         positions: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        tensor_with_dim("tokens", tokens, 2, "(B, T)")
-        non_empty_sequence("tokens", tokens, seq_dim=1)
-        token_ids("tokens", tokens, self.config.vocab_size)
-        if cache is not None and not isinstance(cache, LMCache):
-            raise TypeError(f"cache 应是 model.new_cache() 得到的 LMCache，收到 {type(cache).__name__}")
-        if cache is not None:
-            if len(cache.layers) != len(self.blocks):
-                raise ValueError(f"cache 有 {len(cache.layers)} 层，模型有 {len(self.blocks)} 块：请用 model.new_cache()")
-            cached = cache.layers[0].k
-            if cached is not None and cached.shape[0] != tokens.shape[0]:
-                raise ValueError(f"tokens 的批大小是 {tokens.shape[0]}，cache 里存的是批大小 {cached.shape[0]}：两者必须相同")
-        start = cache.length if cache is not None else 0
+        """词元 ``tokens`` ``(B, T)`` → 每个位置下一个词元的分数（logits）``(B, T, V)``；
+        带 ``cache`` 时接着缓存里的位置往后算（增量解码），``attn_mask`` 是额外的布尔掩码（True = 可以关注）。"""
+        self._check_call(tokens, cache, attn_mask)
+        start = cache.length if cache is not None else 0  # 已缓存的位置数
         length = tokens.shape[1]
         positions = self._positions(tokens, start, positions)  # (T,) 或 (B, T)
-        if attn_mask is not None:
-            bool_mask("attn_mask", attn_mask, (tokens.shape[0], self.config.n_heads, length, start + length))
-        mask, causal = self._mask(attn_mask, start, length, tokens.device)
+        mask, causal = self._mask(attn_mask, start, length, tokens.device)  # 各层共用
         # 1) 词嵌入 + 位置（RoPE 不加在这里，而是在每个注意力里旋转 q、k；旋转用的表各层共用，只算一次）
         x = self.embed(tokens, positions)  # (B, T, d_model)
         rope = self.rope_tables(positions) if self.config.positional == "rope" else None

@@ -19,22 +19,16 @@ RoPE 的第 i 对维度以频率 :math:`\theta_i = b^{-2i/d}` 旋转（b 是 bas
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import asdict, dataclass
 
 import torch
+
+from .._checks import finite_real
 
 __all__ = ["ROPE_SCALINGS", "RopeScaling", "rope_frequencies", "scaled_rope_angles", "yarn_attention_factor"]
 
 #: 支持的缩放方式
 ROPE_SCALINGS = ("linear", "ntk", "yarn")
-
-
-def _finite(name: str, value, minimum: float, strict: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or (
-            value <= minimum if strict else value < minimum):
-        raise ValueError(f"{name} 应是 {'>' if strict else '≥'} {minimum:g} 的有限数，收到 {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -53,13 +47,13 @@ class RopeScaling:
     def __post_init__(self):
         if self.kind not in ROPE_SCALINGS:
             raise ValueError(f"kind 应是 {ROPE_SCALINGS} 之一，收到 {self.kind!r}")
-        object.__setattr__(self, "factor", _finite("factor", self.factor, 1.0, strict=False))
+        object.__setattr__(self, "factor", finite_real("factor", self.factor, at_least=1.0))
         if self.kind == "yarn":
             if (isinstance(self.original_max_len, bool) or not isinstance(self.original_max_len, int)
                     or self.original_max_len < 1):
                 raise ValueError(f"kind='yarn' 需要 original_max_len（训练时的上下文长度，正整数），收到 {self.original_max_len!r}")
-            beta_fast = _finite("beta_fast", self.beta_fast, 0.0, strict=True)
-            beta_slow = _finite("beta_slow", self.beta_slow, 0.0, strict=True)
+            beta_fast = finite_real("beta_fast", self.beta_fast, above=0.0)
+            beta_slow = finite_real("beta_slow", self.beta_slow, above=0.0)
             if beta_slow >= beta_fast:
                 raise ValueError(f"beta_slow={beta_slow:g} 应小于 beta_fast={beta_fast:g}")
             object.__setattr__(self, "beta_fast", beta_fast)
@@ -85,7 +79,7 @@ class RopeScaling:
 
 def yarn_attention_factor(factor: float) -> float:
     r"""YaRN 的注意力温度：cos、sin 乘的 :math:`0.1\ln s + 1`（s ≤ 1 时为 1）。"""
-    factor = _finite("factor", factor, 0.0, strict=True)
+    factor = finite_real("factor", factor, above=0.0)
     return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
 
 
@@ -113,7 +107,7 @@ def rope_frequencies(d: int, base: float = 10000.0, scaling: RopeScaling | None 
     r"""缩放后的频率 :math:`\theta'_i` ``(d/2,)``（float64）与 cos、sin 要乘的注意力系数（YaRN 以外为 1）。"""
     if isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2:
         raise ValueError(f"d 应是 ≥ 2 的偶数（每头维度），收到 {d!r}")
-    base = _finite("base", base, 1.0, strict=True)
+    base = finite_real("base", base, above=1.0)
     if scaling is not None and not isinstance(scaling, RopeScaling):
         raise TypeError(f"scaling 应是 RopeScaling 或 None，收到 {type(scaling).__name__}")
     exponents = torch.arange(0, d, 2, dtype=torch.float64) / d  # (d/2,)：2i/d

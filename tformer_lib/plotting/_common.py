@@ -51,15 +51,6 @@ def check_labels(labels: Sequence[Any] | None, n: int, name: str) -> list[str] |
     return labels
 
 
-def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
-    """检查正整数参数。"""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} 应为整数，收到 {value!r}（{type(value).__name__}）")
-    if value < minimum:
-        raise ValueError(f"{name}={value} 应 ≥ {minimum}")
-    return int(value)
-
-
 def finite_array(value: Any, name: str, *, allow_nan: bool = False) -> np.ndarray:
     """结果文件里的一串数（或嵌套的数表）转成 float 数组，并检查都是有限的数。
 

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from tformer_lib.plotting._common import check_positive_int, new_figure
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import new_figure
 from tformer_lib.plotting.heatmap import plot_heatmap
 
 __all__ = ["plot_grouped_bars", "plot_input_matrix"]
@@ -113,8 +114,8 @@ def plot_input_matrix(
     tokens = sentence.split() if isinstance(sentence, str) else [str(t) for t in sentence]
     if not tokens:
         raise ValueError(f"sentence 至少要有一个词元，收到 {sentence!r}")
-    d_model = check_positive_int(d_model, "d_model")
-    n_dims = check_positive_int(n_dims, "n_dims")
+    d_model = positive_int("d_model", d_model)
+    n_dims = positive_int("n_dims", n_dims)
     if n_dims > d_model:
         raise ValueError(f"n_dims={n_dims} 不能大于 d_model={d_model}")
     if vocab is None:

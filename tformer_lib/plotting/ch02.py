@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tformer_lib.plotting._common import check_positive_int, new_figure
+from tformer_lib._checks import non_negative_int, positive_int
+from tformer_lib.plotting._common import new_figure
 
 __all__ = ["plot_position_distance", "plot_sequence_mixing", "plot_length_generalization"]
 
@@ -35,9 +36,9 @@ def plot_position_distance(
     """
     from tformer_lib.parts.positional import sinusoidal_positional_encoding
 
-    check_positive_int(max_offset, "max_offset")
-    check_positive_int(start, "start", minimum=0)
-    d_models = [check_positive_int(d, "d_models 中的元素") for d in d_models]
+    positive_int("max_offset", max_offset)
+    non_negative_int("start", start)
+    d_models = [positive_int("d_models 中的元素", d) for d in d_models]
     if not d_models:
         raise ValueError("d_models 至少要有一个元素")
     if ax is None:
@@ -105,7 +106,7 @@ def plot_length_generalization(results: dict, train_max_len: int, *, ylabel: str
     """
     if not results:
         raise ValueError("results 至少要有一种位置编码")
-    check_positive_int(train_max_len, "train_max_len")
+    positive_int("train_max_len", train_max_len)
     if ax is None:
         fig, ax = new_figure((7.2, 3.8))
     else:

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from tformer_lib.plotting._common import check_labels, check_positive_int, new_figure, to_numpy
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import check_labels, new_figure, to_numpy
 
 _HEAD_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 _STYLES = ("-o", "--s", "-.^", ":D")
@@ -40,7 +41,7 @@ def plot_head_split(
         if m.shape[0] != 1:
             raise ValueError(f"x 为三维时第一维（batch）应为 1，收到形状 {tuple(m.shape)}")
         m = m[0]
-    n_heads = check_positive_int(n_heads, "n_heads")
+    n_heads = positive_int("n_heads", n_heads)
     T, d_model = m.shape
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} 不能被 n_heads={n_heads} 整除")
@@ -104,7 +105,7 @@ def plot_activation_curves(
             raise ValueError(f"names 中的 {n!r} 不认识，可选 {sorted(funcs)}")
     if not x_min < x_max:
         raise ValueError(f"需要 x_min < x_max，收到 x_min={x_min}, x_max={x_max}")
-    n_points = check_positive_int(n_points, "n_points", minimum=2)
+    n_points = positive_int("n_points", n_points, 2)
     xs = torch.linspace(float(x_min), float(x_max), n_points, dtype=torch.float64)
     fig, ax = new_figure((6.4, 4.0))
     for i, n in enumerate(names):

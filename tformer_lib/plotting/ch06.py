@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tformer_lib.plotting._common import check_labels, check_positive_int, new_figure, to_numpy
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import check_labels, new_figure, to_numpy
 
 __all__ = ["plot_top_k", "plot_top_k_steps", "plot_softmax_properties", "plot_sigmoid_vs_softmax",
            "plot_temperature_entropy"]
@@ -63,7 +64,7 @@ def plot_top_k(
     labels = check_labels(labels, p.size, "labels")
     if labels is None:
         raise ValueError("labels 不能为空：需要 V 个词的名字")
-    k = min(check_positive_int(k, "k"), p.size)
+    k = min(positive_int("k", k), p.size)
     order = np.argsort(-p, kind="stable")[:k]
     names = [str(labels[i]) for i in order]
     values = list(p[order])
@@ -107,7 +108,7 @@ def plot_top_k_steps(
     step_titles = check_labels(step_titles, n, "step_titles")
     if chosen is not None:
         chosen = check_labels(chosen, n, "chosen")
-    ncols = max(1, min(check_positive_int(ncols, "ncols"), n))
+    ncols = max(1, min(positive_int("ncols", ncols), n))
     nrows = -(-n // ncols)
     fig, axes = new_figure((3.6 * ncols, (0.36 * (min(k, p.shape[1]) + 1) + 1.0) * nrows), nrows, ncols)
     for i in range(nrows * ncols):

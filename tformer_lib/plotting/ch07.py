@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 import numpy as np
 
-from tformer_lib.plotting._common import check_positive_int, new_figure
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import new_figure
 
 __all__ = ["LiveLossPlot", "plot_loss_curves", "plot_score_bars", "plot_seed_runs"]
 
@@ -41,7 +42,7 @@ def plot_loss_curves(
     """
     if not curves:
         raise ValueError("curves 为空：至少需要一条曲线")
-    smooth = check_positive_int(smooth, "smooth")
+    smooth = positive_int("smooth", smooth)
     if ax is None:
         fig, ax = new_figure((7.0, 3.8))
     else:
@@ -87,7 +88,7 @@ def plot_seed_runs(
     """
     if not groups:
         raise ValueError("groups 为空：至少需要一组曲线")
-    smooth = check_positive_int(smooth, "smooth")
+    smooth = positive_int("smooth", smooth)
     if ax is None:
         fig, ax = new_figure((7.4, 4.0))
     else:
@@ -170,8 +171,8 @@ class LiveLossPlot:
     def __init__(self, every: int = 10, *, reference: Sequence[float] | None = None,
                  reference_label: str = "参考", smooth: int = 10, total_steps: int | None = None,
                  title: str = "训练中的损失", display: bool = True):
-        self.every = check_positive_int(every, "every")
-        self.smooth = check_positive_int(smooth, "smooth")
+        self.every = positive_int("every", every)
+        self.smooth = positive_int("smooth", smooth)
         self.reference = None if reference is None else [float(v) for v in reference]
         self.reference_label = reference_label
         self.total_steps = total_steps

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from tformer_lib.plotting._common import check_positive_int, new_figure, to_numpy
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import new_figure, to_numpy
 
 __all__ = [
     "plot_cost_scaling",
@@ -79,7 +80,7 @@ def plot_flops_breakdown(config: Any, lengths: Sequence[int], *, batch: int = 1,
     """
     from tformer_lib.measurement.costs import encoder_layer_flops
 
-    n = [check_positive_int(int(t), "lengths 中的值") for t in lengths]
+    n = [positive_int("lengths 中的值", int(t)) for t in lengths]
     proj, attn, ffn = [], [], []
     for t in n:
         f = encoder_layer_flops(config, batch, t)
@@ -112,7 +113,7 @@ def plot_flops_share(d_model: int = 512, d_ff: int = 2048, n_heads: int = 8, max
     """:func:`plot_flops_breakdown` 的参数版（供交互探索器用）：长度从 16 取到 ``max_length``（2 的幂）。"""
     from tformer_lib.translation.config import TransformerConfig
 
-    check_positive_int(max_length, "max_length", minimum=32)
+    positive_int("max_length", max_length, 32)
     config = TransformerConfig(1, 1, d_model=d_model, n_heads=n_heads, d_ff=d_ff)
     lengths = [2**p for p in range(4, int(np.log2(max_length)) + 1)]
     return plot_flops_breakdown(config, lengths)
@@ -126,7 +127,7 @@ def plot_online_softmax(x: Any, block_size: int = 3, *, title: str | None = None
 
     from tformer_lib.parts.flash import online_softmax
 
-    block_size = check_positive_int(block_size, "block_size")
+    block_size = positive_int("block_size", block_size)
     xs = torch.as_tensor(to_numpy(x, "x", ndim=1), dtype=torch.float64)  # (n,)
     n = xs.numel()
     out, trace = online_softmax(xs, block_size, return_trace=True)
@@ -174,7 +175,7 @@ def plot_tiled_attention(q: Any, k: Any, block_size: int = 4, *, query_labels=No
 
     from tformer_lib.parts.flash import tiled_attention
 
-    block_size = check_positive_int(block_size, "block_size")
+    block_size = positive_int("block_size", block_size)
     qt = torch.as_tensor(to_numpy(q, "q", ndim=2), dtype=torch.float64)  # (T_q, d_k)
     kt = torch.as_tensor(to_numpy(k, "k", ndim=2), dtype=torch.float64)  # (T_k, d_k)
     t_q, t_k = qt.shape[0], kt.shape[0]
@@ -258,7 +259,7 @@ def plot_kv_cache_schedule(n_steps: int = 6, *, tokens: Sequence[str] | None = N
     """
     from matplotlib.colors import ListedColormap
 
-    n = check_positive_int(n_steps, "n_steps")
+    n = positive_int("n_steps", n_steps)
     labels = list(tokens) if tokens is not None else [f"位置 {j}" for j in range(n)]
     if len(labels) != n:
         raise ValueError(f"tokens 有 {len(labels)} 个，但 n_steps={n}")

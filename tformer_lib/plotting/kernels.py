@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tformer_lib._checks import positive_ints
-from tformer_lib.plotting._common import check_positive_int, new_figure
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import new_figure
 
 __all__ = ["attention_io_table", "plot_attention_io"]
 
@@ -23,8 +24,8 @@ def attention_io_table(lengths: Sequence[int], d: int, block_ms: Sequence[int], 
     from tformer_lib.kernels.io_bytes import flash_attention_io_bytes, naive_attention_io_bytes
 
     lengths, block_ms = positive_ints("lengths", lengths), positive_ints("block_ms", block_ms)
-    check_positive_int(d, "d")
-    check_positive_int(naive_block, "naive_block")
+    positive_int("d", d)
+    positive_int("naive_block", naive_block)
     naive = [naive_attention_io_bytes(t, d, naive_block, naive_block, element_bytes=element_bytes) for t in lengths]
     table = {"naive": [n["total"] for n in naive], "scores_and_weights": [n["scores_and_weights"] for n in naive]}
     for block_m in block_ms:

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from tformer_lib.plotting._common import check_positive_int, finite_array, finite_number, new_figure
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import finite_array, finite_number, new_figure
 
 __all__ = ["plot_position_loss", "plot_rope_frequencies"]
 
@@ -76,9 +77,9 @@ def plot_position_loss(evals: Sequence[Mapping], *, eval_len: int = 256, methods
     同色的 ▲，图例里写出它的最高值；没有曲线超出时纵轴框住全部数据。``ymax`` 给出时用它作上沿。
     """
     evals = _check_evals(evals)
-    eval_len = check_positive_int(eval_len, "eval_len")
-    train_len = check_positive_int(train_len, "train_len")
-    smooth = check_positive_int(smooth, "smooth")
+    eval_len = positive_int("eval_len", eval_len)
+    train_len = positive_int("train_len", train_len)
+    smooth = positive_int("smooth", smooth)
     if labels is not None and not isinstance(labels, Mapping):
         raise TypeError(f"labels 应是 {{方法: 中文名}} 的字典或 None，收到 {type(labels).__name__}")
     if ymax is not None and (isinstance(ymax, bool) or not isinstance(ymax, (int, float)) or not math.isfinite(ymax)):
@@ -170,7 +171,7 @@ def plot_rope_frequencies(d: int = 32, base: float = 10000.0, factor: float = 4.
     """
     from tformer_lib.parts.rope_scaling import RopeScaling, rope_frequencies
 
-    d = check_positive_int(d, "d", minimum=4)  # NTK-aware 需要至少两对维度
+    d = positive_int("d", d, 4)  # NTK-aware 需要至少两对维度
     if d % 2:
         raise ValueError(f"d 应是偶数（每头维度，两两成对旋转），收到 {d}")
     base, factor = finite_number(base, "base"), finite_number(factor, "factor")
@@ -178,7 +179,7 @@ def plot_rope_frequencies(d: int = 32, base: float = 10000.0, factor: float = 4.
         raise ValueError(f"base 应大于 1（θ_i = b^(-2i/d) 随 i 变小），收到 {base:g}")
     if factor < 1:
         raise ValueError(f"factor 应 ≥ 1（s = 想读的长度 / 训练长度），收到 {factor:g}")
-    original_max_len = check_positive_int(original_max_len, "original_max_len")
+    original_max_len = positive_int("original_max_len", original_max_len)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title 应是字符串或 None，收到 {type(title).__name__}")
     theta, _ = rope_frequencies(d, base)

@@ -9,14 +9,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tformer_lib.plotting._common import blank_figure, check_positive_int, new_figure
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import blank_figure, new_figure
 
 
 def _pe(max_len: int, d_model: int) -> np.ndarray:
     from tformer_lib.parts.positional import sinusoidal_positional_encoding
 
-    check_positive_int(max_len, "max_len")
-    check_positive_int(d_model, "d_model")
+    positive_int("max_len", max_len)
+    positive_int("d_model", d_model)
     return sinusoidal_positional_encoding(max_len, d_model).double().numpy()  # (max_len, d_model)
 
 

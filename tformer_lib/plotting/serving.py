@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 
 import matplotlib
@@ -15,7 +14,7 @@ import numpy as np
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from tformer_lib.plotting._common import blank_figure, finite_array, finite_number, new_figure
-from tformer_lib._checks import positive_ints
+from tformer_lib._checks import positive_int, positive_ints
 from tformer_lib.plotting.roofline import plot_arithmetic_intensity, plot_roofline  # noqa: F401（第 13 章的图都能从这里导入）
 
 __all__ = [
@@ -51,14 +50,6 @@ def _check_slot_steps(slot_steps, name: str) -> list[list[tuple[int, int]]]:
     return out
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} 应是正整数，收到 {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} 应是正整数，收到 {value}")
-    return int(value)
-
-
 def _grid(slot_steps: list[list[tuple[int, int]]], max_batch: int | None) -> np.ndarray:
     """``(槽位, 2·步数)`` 的请求号表（-1 = 空）：每步两格。调度器若在同一步里先让一条序列结束、再让新请求接手
     同一个槽位（本书的引擎每步只做一次前向，不会这样；别的调度可能会），那一步左格是旧请求、右格是新请求；
@@ -91,7 +82,7 @@ def slot_utilization(slot_steps, max_batch: int) -> dict:
     """一份时间线（每个请求的 ``[(步, 槽位), …]``，即 :class:`~tformer_lib.serving.Request` 的 ``slot_steps``）的
     步数、被占用的格数与利用率 = 占用格数 ÷ (步数 × ``max_batch``)。"""
     pairs = _check_slot_steps(slot_steps, "slot_steps")
-    max_batch = _positive_int("max_batch", max_batch)
+    max_batch = positive_int("max_batch", max_batch)
     grid = _grid(pairs, max_batch)
     busy = _busy(grid)
     steps = grid.shape[1] // 2
@@ -115,7 +106,7 @@ def plot_slot_timeline(timeline: Mapping[str, Sequence] | Sequence, *, max_batch
     else:
         kinds = {"": _check_slot_steps(timeline, "timeline")}
     if max_batch is not None:
-        max_batch = _positive_int("max_batch", max_batch)
+        max_batch = positive_int("max_batch", max_batch)
     grids = {k: _grid(v, max_batch) for k, v in kinds.items()}
     if all(g.shape[1] == 0 for g in grids.values()):
         raise ValueError("timeline 里没有任何 (步, 槽位)：每个请求的列表都是空的，没有可画的步")
@@ -202,7 +193,7 @@ def plot_block_table(state, *, title: str | None = None, columns: int | None = N
 
     snap = _as_snapshot(state)
     if columns is not None:
-        columns = _positive_int("columns", columns)
+        columns = positive_int("columns", columns)
     n_blocks, size = int(snap["num_blocks"]), int(snap["block_size"])
     tables, lengths, refs = snap["tables"], snap["lengths"], snap["ref_count"]
     palette = [tuple(c) for c in matplotlib.colormaps["tab10"].colors]

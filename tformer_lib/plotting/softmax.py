@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from tformer_lib.plotting._common import check_labels, check_positive_int, new_figure, to_numpy
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import check_labels, new_figure, to_numpy
 
 _MAX_DK = 1024  # 缩放探索器里预先生成的最大维度
 
@@ -82,9 +83,9 @@ def plot_dot_product_variance(
     右：对 ``n_keys`` 个键做 softmax 时，最大权重的平均值——不缩放时随 d_k 迅速逼近 1（饱和：
     几乎 one-hot，梯度接近 0）；缩放后保持在适中的水平。
     """
-    d_ks = [check_positive_int(d, "d_ks 中的值") for d in d_ks]
-    check_positive_int(n_samples, "n_samples", 2)
-    check_positive_int(n_keys, "n_keys", 2)
+    d_ks = [positive_int("d_ks 中的值", d) for d in d_ks]
+    positive_int("n_samples", n_samples, 2)
+    positive_int("n_keys", n_keys, 2)
     rng = np.random.default_rng(seed)
     var_raw, var_scaled, max_raw, max_scaled = [], [], [], []
     for d in d_ks:
@@ -131,10 +132,10 @@ def plot_scaled_attention(
     q、k 的分量取自标准正态分布；同一个 ``seed`` 下，改变 d_k 只是多用/少用几个分量，曲线变化连续。
     不缩放且 d_k 大时，权重几乎集中在一个键上（饱和）。
     """
-    check_positive_int(d_k, "d_k")
+    positive_int("d_k", d_k)
     if d_k > _MAX_DK:
         raise ValueError(f"d_k={d_k} 应 ≤ {_MAX_DK}")
-    check_positive_int(n_keys, "n_keys", 2)
+    positive_int("n_keys", n_keys, 2)
     t = _check_temperature(temperature)
     rng = np.random.default_rng(seed)
     q = rng.standard_normal(_MAX_DK)[:d_k]

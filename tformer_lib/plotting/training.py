@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from tformer_lib.plotting._common import blank_figure, check_labels, check_positive_int, new_figure
+from tformer_lib._checks import positive_int
+from tformer_lib.plotting._common import blank_figure, check_labels, new_figure
 
 
 def _noam_rate(step: int, d_model: int, warmup: int, factor: float) -> float:
@@ -36,9 +37,9 @@ def plot_lr_schedule(
     前 ``warmup`` 步线性上升，峰值在 ``step = warmup``，之后按 1/√step 衰减；图中标出峰值。
     ``compare``：再画几条对照曲线，每项是 ``{"d_model": …, "warmup": …, "factor": …}``（缺的键沿用主曲线的值）。
     """
-    check_positive_int(d_model, "d_model")
-    check_positive_int(warmup, "warmup")
-    check_positive_int(total_steps, "total_steps", 2)
+    positive_int("d_model", d_model)
+    positive_int("warmup", warmup)
+    positive_int("total_steps", total_steps, 2)
     if not float(factor) > 0:
         raise ValueError(f"factor={factor} 应为正数")
     if ax is None:
@@ -72,7 +73,7 @@ def label_smoothing_targets(targets: Sequence[int], vocab_size: int, smoothing: 
     与 :func:`tformer_lib.training.loss.label_smoothing_loss`（以及 ``F.cross_entropy(label_smoothing=ε)``）
     的定义一致：ε 平均分给全部 V 个类（包括正确类）。
     """
-    check_positive_int(vocab_size, "vocab_size", 2)
+    positive_int("vocab_size", vocab_size, 2)
     eps = float(smoothing)
     if not 0.0 <= eps < 1.0:
         raise ValueError(f"smoothing={smoothing} 应在 [0, 1) 内")

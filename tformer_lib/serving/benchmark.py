@@ -25,11 +25,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .._checks import positive_int
+from .._checks import language_model, positive_int
 from ..lm.generate import generate
 from ..measurement.benchmarking import machine_info, read_results
 from ..measurement.benchmarking import save_results as _save
-from ._validate import check_model
 from .engine import Engine
 from .speculative import expected_speedup, layer_skip_draft, speculative_generate
 from .workload import WorkItem, make_workload, run_continuous, run_static, summarize
@@ -75,7 +74,7 @@ def batching_benchmark(model: nn.Module, items: Sequence[WorkItem], *, rounds: i
     ``timeline[kind]`` 是每个请求的 ``[(步, 槽位), …]``；静态批处理里一批的所有槽位要等最长的一条结束才能换人，
     这就是连续批处理步数少得多的原因（``steps``、``slot_occupancy`` 给出数字）。
     """
-    check_model("model", model)
+    language_model("model", model)
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
         raise ValueError(f"items 应是非空的 WorkItem 列表（make_workload 的结果），收到 {items!r:.40}")
     positive_int("rounds", rounds)
@@ -142,7 +141,7 @@ def prefix_caching_benchmark(model: nn.Module, shared: Sequence[int], tails: Seq
 
     开、关前缀缓存各跑一遍，核对输出相同，数出实际预填充的词元数与 K/V 块的峰值（确定的计数，不计时）。
     """
-    check_model("model", model)
+    language_model("model", model)
     if isinstance(shared, (str, bytes)) or not isinstance(shared, Sequence):
         raise TypeError(f"shared 应是共用前缀的词元 id 列表，收到 {type(shared).__name__}")
     if isinstance(tails, (str, bytes)) or not isinstance(tails, Sequence) or not tails:
@@ -200,8 +199,8 @@ def speculative_benchmark(target: nn.Module, draft: nn.Module, prompts: Sequence
       机器繁忙时墙钟里混着等 CPU 的时间，CPU 时间只数真正做的工作。``cost_ratio_wall`` 是墙钟量的。
     - ``expected_speedup`` = (1−α^{k+1}) / ((1−α)(kc+1))；``speedups`` 是墙钟加速比，``cpu_speedups`` 是 CPU 时间之比。
     """
-    check_model("target", target)
-    check_model("draft", draft)
+    language_model("target", target)
+    language_model("draft", draft)
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
         raise ValueError(f"prompts 应是非空的提示列表（每条是 id 列表），收到 {prompts!r:.40}")
     positive_int("max_new_tokens", max_new_tokens)

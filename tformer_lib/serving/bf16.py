@@ -34,9 +34,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .._checks import check_suppress_ids
+from .._checks import check_suppress_ids, language_model
 from ..specials import BOS, EOS, PAD
-from ._validate import check_model
 from .engine import Engine
 
 __all__ = ["RESULTS_PATH", "COMMAND", "LANES", "parameter_bytes", "bf16_copy", "serve", "teacher_forced_agreement",
@@ -56,13 +55,13 @@ LANES = {
 
 def parameter_bytes(model: nn.Module) -> int:
     """模型全部参数占的字节（每个参数的元素个数 × 每个元素的字节）。"""
-    check_model("model", model)
+    language_model("model", model)
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def bf16_copy(model: nn.Module) -> nn.Module:
     """``model`` 的一份 bfloat16 副本（eval 模式）；原模型不变。"""
-    check_model("model", model)
+    language_model("model", model)
     return copy.deepcopy(model).to(torch.bfloat16).eval()
 
 
@@ -81,8 +80,8 @@ def teacher_forced_agreement(reference: nn.Module, other: nn.Module, prompts, ou
     """把 ``prompt + output`` 原样送进两个模型，在每个生成位置上比较：屏蔽 ``suppress_ids`` 后 argmax 是否相同
     （``top1_agreement``）、logits 的最大绝对差（``max_abs_logit_diff``，按 float32 算）与 ``reference`` 的
     logits 最大绝对值（``max_abs_logit``，差的参照）。``positions``：比较了多少个位置。"""
-    check_model("reference", reference)
-    check_model("other", other)
+    language_model("reference", reference)
+    language_model("other", other)
     vocab = reference.config.vocab_size
     if other.config.vocab_size != vocab:
         raise ValueError(f"reference 与 other 的词表应一样大，收到 {vocab} 与 {other.config.vocab_size}")
@@ -149,7 +148,7 @@ def compare_bf16(model: nn.Module, items, *, max_batch: int = 16, eos_id: int | 
     ``model`` 必须是 float32（否则报错）；它会被切到 eval 模式。"""
     from ..lm.generate import generate
 
-    check_model("model", model)
+    language_model("model", model)
     dtype = next(model.parameters()).dtype
     if dtype != torch.float32:
         raise ValueError(f"model 应是 float32 的模型（比较的基准；bf16 副本由这里生成），收到 {dtype}")

@@ -31,8 +31,7 @@ from torch import nn
 
 from ..lm.generate import check_eos_id
 from ..specials import BOS, PAD
-from .._checks import flag
-from ._validate import check_model, check_suppress_ids
+from .._checks import check_suppress_ids, flag, language_model
 from .decode_step import PagedDecodeStep
 from .paged_cache import PagedKVCache
 from .ragged import check_prompts
@@ -83,7 +82,7 @@ class Engine:
                  block_size: int = 16, num_blocks: int | None = None, prefix_caching: bool = True,
                  eos_id: int | None = None, suppress_ids: Sequence[int] = (PAD, BOS), min_prefill: int = 1,
                  adapters=None, decode_step: str = "eager"):
-        check_model("model", model)
+        language_model("model", model)
         if getattr(model.config, "positional", None) == "alibi":
             raise ValueError("Engine 不支持 positional='alibi'：分页缓存里键的槽位不按序排列，ALiBi 的距离算不对；"
                              "请用 tformer_lib.lm.generate")

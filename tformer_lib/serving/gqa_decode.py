@@ -33,11 +33,10 @@ from pathlib import Path
 
 import torch
 
-from .._checks import positive_int, positive_ints
+from .._checks import language_model, non_negative_int, positive_int, positive_ints
 from ..lm.cache import LMCache
 from ..lm.config import LMConfig
 from ..lm.model import make_lm
-from ._validate import check_model, non_negative_int
 from .roofline import decode_cost, measure_memory_bandwidth
 
 __all__ = ["RESULTS_PATH", "COMMAND", "decode_config", "filled_cache", "decode_step", "gqa_decode_benchmark",
@@ -67,7 +66,7 @@ def filled_cache(model, batch: int, context: int, seed: int = 0) -> LMCache:
 
     与预填充 ``context`` 个词元之后的缓存形状、dtype 相同（测试核对），内容是随机数——解码一步的耗时与它无关。
     """
-    check_model("model", model)
+    language_model("model", model)
     positive_int("batch", batch)
     positive_int("context", context)
     non_negative_int("seed", seed)
@@ -89,7 +88,7 @@ def decode_step(model, cache: LMCache, seed: int = 0):
 
     每次调用做的是同一步：缓存长度、新词元都不变（计时可以反复调用）。返回的函数本身返回 logits ``(B, 1, V)``。
     """
-    check_model("model", model)
+    language_model("model", model)
     non_negative_int("seed", seed)
     if not isinstance(cache, LMCache) or len(cache.layers) != len(model.blocks) or cache.layers[0].k is None:
         raise ValueError(f"cache 应是这个模型已经存了位置的 LMCache（如 filled_cache(model, …)），收到 {type(cache).__name__}")

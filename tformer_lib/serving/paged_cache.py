@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import flag
+from .._checks import flag, language_model, non_negative_int
 from ..lm.cache import LMCache
 from ..parts.kv_cache import AttentionCache
-from ._validate import check_model, non_negative_int
 
 __all__ = ["BlockManager", "PagedKVCache", "OutOfBlocksError"]
 
@@ -254,7 +253,7 @@ class PagedKVCache:
     """按块存放的 K/V（所有层），配一个 :class:`BlockManager`。"""
 
     def __init__(self, model, num_blocks: int, block_size: int = 16, prefix_caching: bool = True):
-        c = check_model("model", model).config
+        c = language_model("model", model).config
         self.manager = BlockManager(num_blocks, block_size, prefix_caching)
         self.max_len = c.max_len
         dtype = next(model.parameters()).dtype

@@ -14,16 +14,16 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from .._checks import check_suppress_ids, language_model, non_negative_int
 from ..lm.generate import check_eos_id, greedy_tokens
 from ..specials import BOS, PAD
-from ._validate import check_model, check_suppress_ids, non_negative_int
 
 __all__ = ["check_prompts", "left_pad", "greedy_batch"]
 
 
 def check_prompts(model: nn.Module, prompts, max_new_tokens) -> list[list[int]]:
     """检查一批提示与生成长度，返回 ``list[list[int]]``；不合法时给出点名参数的错误。"""
-    check_model("model", model)
+    language_model("model", model)
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
         raise ValueError(f"prompts 应是非空的提示列表（每条是 id 列表），收到 {type(prompts).__name__}")
     vocab, max_len = model.config.vocab_size, model.config.max_len

@@ -22,9 +22,8 @@ import torch
 from torch import nn
 
 from ..lm.generate import check_eos_id, greedy_tokens
-from .._checks import positive_int
+from .._checks import check_suppress_ids, language_model, non_negative_int, positive_int
 from ..specials import BOS, PAD
-from ._validate import check_model, check_suppress_ids, non_negative_int
 
 __all__ = ["SpeculativeStats", "speculative_generate", "expected_tokens_per_pass", "expected_speedup",
            "layer_skip_draft"]
@@ -89,7 +88,7 @@ def expected_speedup(alpha: float, k: int, cost_ratio: float) -> float:
 
 def layer_skip_draft(model: nn.Module, n_layers: int) -> nn.Module:
     """用目标模型的前 ``n_layers`` 个块（加上它的末层归一化与输出层）当草稿：不用另训模型，权重与目标共享。"""
-    check_model("model", model)
+    language_model("model", model)
     if not isinstance(getattr(model, "blocks", None), nn.ModuleList):
         raise TypeError(f"model 应是有 .blocks 的 DecoderOnlyLM，收到 {type(model).__name__}")
     total = len(model.blocks)
@@ -121,8 +120,8 @@ def speculative_generate(
     suppress_ids: Sequence[int] = (PAD, BOS),
 ) -> tuple[list[int], SpeculativeStats]:
     """贪心推测解码一条提示，返回 ``(新词元, 统计)``；新词元与 ``generate(target, prompt, …, method="greedy")`` 相同。"""
-    check_model("target", target)
-    check_model("draft", draft)
+    language_model("target", target)
+    language_model("draft", draft)
     suppress_ids = check_suppress_ids(suppress_ids)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k 应为正整数，收到 {k!r}")

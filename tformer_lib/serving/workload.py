@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .._checks import finite_positive, positive_int
-from ._validate import check_model
+from .._checks import finite_positive, language_model, positive_int
 from .engine import Engine, Request
 from .ragged import greedy_batch
 
@@ -72,7 +71,7 @@ def run_static(model: nn.Module, items: Sequence[WorkItem], *, max_batch: int = 
     每批用 :func:`~.ragged.greedy_batch`（左侧填充、连续的 K/V 缓存，与连续批处理同一个模型前向）。
     返回每个请求的记录（时刻、每步所在槽位）与总墙钟时间。
     """
-    check_model("model", model)
+    language_model("model", model)
     positive_int("max_batch", max_batch)
     _check_items(items)
     if not (isinstance(max_wait, (int, float)) and not isinstance(max_wait, bool) and max_wait >= 0):

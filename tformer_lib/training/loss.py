@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import one_of, token_ids
+from .._checks import check_values, one_of, token_ids
 from ..specials import PAD
 
 __all__ = ["LabelSmoothingLoss", "label_smoothing_loss"]
@@ -49,7 +49,8 @@ def label_smoothing_loss(
         raise ValueError(
             f"logits 的形状 {tuple(logits.shape)} 去掉最后一维应等于 target 的形状 {tuple(target.shape)}"
         )
-    token_ids("target", target[target != pad_id], logits.shape[-1])  # 不看 PAD 位；其余 id 须在 [0, V) 内
+    if check_values(target):  # 不看 PAD 位；其余 id 须在 [0, V) 内（布尔索引与取值都要读出张量）
+        token_ids("target", target[target != pad_id], logits.shape[-1])
     log_p = F.log_softmax(logits.float(), dim=-1)  # (..., V)
     keep = target != pad_id  # (...)
     safe_target = target.masked_fill(~keep, 0)  # PAD 位随便取一个合法 id，稍后乘 0

@@ -1,0 +1,66 @@
+"""读取取值的检查（词元 id、位置越界）的开关 ``_checks.CHECK_VALUES``：默认只在 CPU 上做，可强制打开或关闭。"""
+
+import importlib
+
+import pytest
+import torch
+
+import tformer_lib._checks as checks
+from tformer_lib.lm import LMConfig, make_lm
+
+
+@pytest.fixture
+def switch(monkeypatch):
+    """测试里改开关；结束后 monkeypatch 把它恢复成 conftest 设的 True。"""
+    def set_to(value):
+        monkeypatch.setattr(checks, "CHECK_VALUES", value)
+    return set_to
+
+
+def test_default_scans_cpu_tensors_only(switch):
+    switch(None)
+    with pytest.raises(ValueError, match="超出了词表范围"):
+        checks.token_ids("tokens", torch.tensor([[0, 9]]), vocab_size=5)
+    # meta 张量没有取值：读它会出错；默认设置下不去读，只查 dtype
+    meta = torch.empty(2, 3, dtype=torch.long, device="meta")
+    assert checks.token_ids("tokens", meta, vocab_size=5) is meta
+    assert checks.check_values(torch.zeros(1)) and not checks.check_values(meta)
+
+
+def test_off_skips_the_scan_but_not_the_type_checks(switch):
+    switch(False)
+    bad = torch.tensor([[0, 9]])
+    assert checks.token_ids("tokens", bad, vocab_size=5) is bad  # 不扫描取值
+    with pytest.raises(TypeError, match="整数类型"):
+        checks.token_ids("tokens", bad.float(), vocab_size=5)  # dtype 不花时间，照查
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        checks.token_ids("tokens", [[0, 9]], vocab_size=5)
+
+
+def test_on_scans_every_device(switch):
+    switch(True)
+    meta = torch.empty(2, 3, dtype=torch.long, device="meta")
+    with pytest.raises((NotImplementedError, RuntimeError)):  # 真的去读了 meta 张量的取值
+        checks.token_ids("tokens", meta, vocab_size=5)
+
+
+def test_model_forward_follows_the_switch(switch):
+    model = make_lm(LMConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=8))
+    bad_positions = torch.tensor([0, 9])  # 超出 max_len=8
+    switch(True)
+    with pytest.raises(ValueError, match="超出上下文长度"):
+        model(torch.tensor([[1, 2]]), positions=bad_positions)
+    switch(False)  # 不扫描：越界的位置直到查表时才出错（PyTorch 自己的 IndexError，不点名参数）
+    with pytest.raises(IndexError):
+        model(torch.tensor([[1, 2]]), positions=bad_positions)
+
+
+@pytest.mark.parametrize("env, expected", [("1", True), ("0", False), ("", None)])
+def test_environment_variable_sets_the_switch_at_import(monkeypatch, env, expected):
+    monkeypatch.setenv("TFORMER_CHECK_VALUES", env)
+    try:
+        assert importlib.reload(checks).CHECK_VALUES is expected
+    finally:
+        monkeypatch.delenv("TFORMER_CHECK_VALUES")
+        importlib.reload(checks)
+        checks.CHECK_VALUES = True  # conftest 的设置
