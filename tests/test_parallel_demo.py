@@ -10,7 +10,6 @@ import torch
 from tformer_lib import MultiHeadAttention, causal_mask
 from tformer_lib.parts.feedforward import PositionwiseFeedForward
 from tformer_lib.parallel.demo import (
-    WorkerPool,
     demo_blocks,
     demo_data_parallel,
     demo_lm,
@@ -19,7 +18,7 @@ from tformer_lib.parallel.demo import (
     hello_all_reduce,
     max_param_diff,
 )
-from tformer_lib.parallel.launch import DistributedError
+from tformer_lib.parallel.launch import DistributedError, WorkerPool
 from tformer_lib.parallel.tensor_parallel import ResidualBlock
 
 

@@ -16,13 +16,10 @@ from tformer_lib.parallel.tensor_parallel import (
     TensorParallelAttention,
     TensorParallelFFN,
     column_shard,
-    gather_manual_params,
     torch_parallelize_attention,
     torch_parallelize_ffn,
-    tp_grad_worker,
-    tp_train_worker,
-    train_single_block,
 )
+from tformer_lib.parallel.tensor_parallel_workers import gather_manual_params, tp_grad_worker, tp_train_worker, train_single_block
 
 STEPS, LR = 6, 0.1
 

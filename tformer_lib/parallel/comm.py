@@ -21,7 +21,7 @@ import torch
 from .._checks import flag, one_of
 
 __all__ = ["recording", "record", "RECORD_OPS", "ring_all_reduce_bytes", "data_parallel_payload", "tensor_parallel_payload",
-           "pipeline_payload"]
+           "pipeline_payload", "recording_torch_collectives", "recording_fsdp_collectives"]
 
 _active: list | None = None
 #: :func:`record` 认得的通信原语：手写方案的 all-reduce / send，以及 PyTorch 张量并行（DTensor）自己发起的几种集合通信
@@ -90,3 +90,63 @@ def pipeline_payload(batch: int, length: int, d_model: int, stages: int = 2, ele
     batch, length, d_model = _count("batch", batch), _count("length", length), _count("d_model", d_model)
     stages, element_bytes = _count("stages", stages), _count("element_bytes", element_bytes)
     return 2 * (stages - 1) * batch * length * d_model * element_bytes
+
+
+# ---- PyTorch 自己发起的通信：在分发层（TorchDispatchMode）记下 ----
+_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
+
+
+@contextmanager
+def recording_torch_collectives():
+    """把 PyTorch 自己（DTensor 重分布时）发起的集合通信也记进 :func:`~tformer_lib.parallel.comm.recording`。
+
+    DTensor 把 ``Partial → Replicate`` 之类的重分布翻译成 ``torch.ops._c10d_functional.all_reduce`` 等函数式
+    集合通信；这里用一个 ``TorchDispatchMode`` 在它们执行时记下交出的本地张量（与手写方案调 ``record`` 的
+    位置相同：交给通信原语的有效载荷）。反向传播也在同一线程里执行，一并记下。测试证明：注意力与 FFN 都交给
+    PyTorch 时，每步恰好 4 次 ``(B, T, d_model)`` 的 all-reduce（输入不需要梯度时 3 次）——与手写 Megatron 的
+    公式相同，SwiGLU 也一样。
+    """
+    from torch.distributed.tensor import DTensor
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(issubclass(t, DTensor) for t in types):
+                return NotImplemented  # 先让 DTensor 拆成本地运算与集合通信，再经过这里
+            packet = str(getattr(func, "_overloadpacket", ""))
+            if packet.startswith("_c10d_functional.") and packet.split(".")[-1] in _COLLECTIVES:
+                record(packet.split(".")[-1], args[0])
+            return func(*args, **(kwargs or {}))
+
+    with _Recorder():
+        yield
+
+
+@contextmanager
+def recording_fsdp_collectives():
+    """记下 FSDP2 交给 c10d 的 all-gather 与 reduce-scatter：``[(名字, 字节数), …]``。
+
+    FSDP2 直接调用 ``c10d._allgather_base_`` / ``c10d._reduce_scatter_base_``（每个 ``fully_shard`` 组一次，组内参数拼成
+    一个扁平张量）；这里用 ``TorchDispatchMode`` 在它们执行时记下**完整**张量的字节（all-gather 的输出、reduce-scatter
+    的输入，即与 all-reduce 的“载荷”同一个口径），并按是否在反向传播里（``torch._C._current_graph_task_id()``）
+    分成 ``"all_gather_forward"``、``"all_gather_backward"`` 与 ``"reduce_scatter"``。
+    """
+    from torch.distributed.tensor import DTensor
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    log: list[tuple[str, int]] = []
+
+    class _Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(issubclass(t, DTensor) for t in types):
+                return NotImplemented  # 让 DTensor 先拆成本地运算与通信，再经过这里
+            name = str(getattr(func, "_overloadpacket", ""))
+            if name == "c10d._allgather_base_":  # (输出, 输入, …)
+                phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+                log.append((f"all_gather_{phase}", args[0].numel() * args[0].element_size()))
+            elif name == "c10d._reduce_scatter_base_":  # (输出, 输入, …)
+                log.append(("reduce_scatter", args[1].numel() * args[1].element_size()))
+            return func(*args, **(kwargs or {}))
+
+    with _Recorder():
+        yield log

@@ -3,7 +3,8 @@
 笔记本只打印确定的东西（是否在容差之内、字节数、形状），所以这些函数把“差多少”算好交给它，
 差值本身（1e-8 到 1e-6 量级，随 BLAS 与求和顺序而变）不进 nbval 比较的文本。
 
-- :class:`WorkerPool`：常驻的一组进程，一章里的演示共用它（每次重新起进程要导入 torch，在 2 核机器上要好几秒）；
+- 每个演示都可以交给一个 :class:`~tformer_lib.parallel.launch.WorkerPool`（常驻的一组进程，一章里的演示共用它：每次重新起进程
+  要导入 torch，在 2 核机器上要好几秒）；
 - :func:`hello_all_reduce`：最小的集合通信——每个进程拿出 rank + 1，all-reduce 之后都得到总和；
 - :func:`demo_data_parallel`：手写梯度 all-reduce、DDP、FSDP2 三种写法（一次启动），对照单进程整批；
 - :func:`demo_tensor_parallel`：手写 Megatron（注意力按头 + FFN 列→行）与 PyTorch 的 ``parallelize_module``（Colwise/RowwiseParallel），对照不切的块；
@@ -15,10 +16,6 @@
 from __future__ import annotations
 
 import copy
-import io
-from contextlib import contextmanager
-import traceback
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -27,138 +24,18 @@ import torch.nn.functional as F
 from .._checks import finite_positive, positive_int
 from ..lm.data import loss_targets
 from ..specials import PAD
-from .comm import data_parallel_payload, pipeline_payload, tensor_parallel_payload
+from .comm import data_parallel_payload, pipeline_payload, recording_fsdp_collectives, tensor_parallel_payload
 from .data_parallel import train_lm_worker, train_single_process
 from .fsdp import fsdp_train_worker
-from .launch import HOST, STARTUP_TIMEOUT, DistributedError, collect_outputs, dump_bytes, backend_for, launch
+from .launch import WorkerPool, launch
 from .pipeline import pipeline_worker
 from .schedule import idle_fraction
-from .tensor_parallel import ResidualBlock, gather_manual_params, tp_train_worker, train_single_block
+from .tensor_parallel import ResidualBlock
+from .tensor_parallel_workers import gather_manual_params, tp_train_worker, train_single_block
 from .zero import zero_bytes_per_rank
 
-__all__ = ["WorkerPool", "recording_fsdp_collectives", "TOLERANCES", "demo_blocks", "demo_lm", "hello_worker", "hello_all_reduce", "max_param_diff",
+__all__ = ["TOLERANCES", "demo_blocks", "demo_lm", "hello_worker", "hello_all_reduce", "max_param_diff",
            "demo_data_parallel", "demo_tensor_parallel", "demo_pipeline", "DEMO_PIPELINE_MODES"]
-
-def _loads(payload: bytes):
-    return torch.load(io.BytesIO(payload), weights_only=False)
-
-
-def _pool_worker(rank, world_size, port, backend, timeout, threads, tasks, results):
-    torch.set_num_threads(threads)
-    try:
-        limit = timedelta(seconds=timeout + STARTUP_TIMEOUT)  # 组成进程组要等最慢的进程启动完
-        store = dist.TCPStore(HOST, port, world_size, is_master=False, timeout=limit)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=limit)
-    except BaseException:  # noqa: BLE001 — 报回父进程，它才不会等到超时
-        results.put((rank, -1, "error", traceback.format_exc()))
-        return
-    results.put((rank, -1, "ready", None))
-    try:
-        while True:
-            item = tasks.get()
-            if item is None:  # 父进程要求退出
-                break
-            task_id, payload = item
-            try:
-                fn, args = _loads(payload)
-                results.put((rank, task_id, "ok", dump_bytes(fn(rank, world_size, *args))))
-            except BaseException:  # noqa: BLE001
-                results.put((rank, task_id, "error", traceback.format_exc()))
-                break  # 集合通信可能停在半路：这个进程组不能再用
-    finally:
-        dist.destroy_process_group()
-
-
-class WorkerPool:
-    """一组常驻的进程（一个进程组），可以一次次地交给它任务——省掉每次 :func:`launch` 重新起进程、导入 torch 的几秒钟。
-
-    ``pool.run(fn, args)`` 与 ``launch(fn, world_size, args)`` 一样：每个进程调用 ``fn(rank, world_size, *args)``，
-    按 rank 返回结果；任务与结果经 ``torch.save`` 序列化。``timeout`` 从进程全部就绪算起（启动另有
-    :data:`~tformer_lib.parallel.launch.STARTUP_TIMEOUT`），报错的第一行点名真正出错的 rank。任一进程出错或超时就结束所有进程、抛
-    :class:`~tformer_lib.parallel.launch.DistributedError`，这个池也就不能再用了。用完调用 :meth:`close`
-    （或用 ``with WorkerPool(2) as pool:``）；进程是守护进程，父进程退出时也会被结束。
-    """
-
-    def __init__(self, world_size: int = 2, *, device: str = "cpu", timeout: float = 120.0, threads: int = 1):
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size 应是正整数，收到 {world_size!r}")
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ValueError(f"timeout 应是正的秒数，收到 {timeout!r}")
-        import torch.multiprocessing as mp
-
-        if not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda"):
-            raise ValueError(f"device={device!r} 不受支持：WorkerPool 只演示 cpu（gloo）")
-        backend = backend_for(device)
-        if backend == "nccl":
-            raise ValueError("WorkerPool 只演示 CPU（gloo）；GPU 上请用 launch(..., device='cuda')")
-        self.world_size, self.timeout = world_size, timeout
-        self._store = dist.TCPStore(HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout + STARTUP_TIMEOUT),
-                                    wait_for_workers=False)
-        ctx = mp.get_context("spawn")
-        self._results = ctx.Queue()
-        self._tasks = [ctx.Queue() for _ in range(world_size)]
-        self._procs = [ctx.Process(target=_pool_worker, daemon=True,
-                                   args=(r, world_size, self._store.port, backend, timeout, threads, self._tasks[r],
-                                         self._results)) for r in range(world_size)]
-        for p in self._procs:
-            p.start()
-        self._next = 0
-        self._ready: set[int] = set()  # 已经组成进程组的 rank：第一个任务先等它们启动（不算在 timeout 里）
-        self.closed = False
-
-    def run(self, fn, args: tuple = (), timeout: float | None = None) -> list:
-        """每个进程跑 ``fn(rank, world_size, *args)``，返回按 rank 排好的结果列表。"""
-        if self.closed:
-            raise DistributedError("这个 WorkerPool 已经关闭（出过错、超时或调用过 close()）；请新建一个")
-        if not callable(fn):
-            raise TypeError(f"fn 应是可调用的顶层函数，收到 {type(fn).__name__}")
-        timeout = self.timeout if timeout is None else timeout
-        task_id, self._next = self._next, self._next + 1
-        payload = dump_bytes((fn, tuple(args)))
-        for q in self._tasks:
-            q.put((task_id, payload))
-
-        def receive(seconds: float):
-            while True:  # 别的任务的结果（只会来自出过错、已关闭的池）不要
-                rank, got_id, status, body = self._results.get(timeout=seconds)
-                if status != "ok" or got_id == task_id:
-                    return rank, status, body
-
-        try:
-            outputs = collect_outputs(receive, self._procs, self.world_size, timeout, self._ready,
-                               f"任务 {getattr(fn, '__name__', fn)}")
-        except BaseException:
-            self.close(force=True)
-            raise
-        return [_loads(outputs[r]) for r in range(self.world_size)]
-
-    def close(self, force: bool = False) -> None:
-        """让各进程退出（``force`` 时直接结束它们）；可以重复调用。"""
-        if self.closed:
-            return
-        self.closed = True
-        if not force:
-            for q in self._tasks:
-                q.put(None)
-        for p in self._procs:
-            p.join(timeout=0.1 if force else 2)  # 退出时 destroy_process_group 偶尔要等一会儿：不必等它
-        for p in self._procs:
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close(force=exc[0] is not None)
-
-    def __del__(self):  # pragma: no cover - 解释器退出时的兜底
-        try:
-            self.close(force=True)
-        except Exception:  # noqa: BLE001
-            pass
-
 
 def _run(pool, fn, world_size: int, args: tuple, timeout: float) -> list:
     """有 ``pool`` 时交给它，否则 :func:`launch` 一次。"""
@@ -244,36 +121,6 @@ def hello_all_reduce(world_size: int = 2, timeout: float = 120.0, *, pool: Worke
 
 
 # ---- 1. 数据并行：手写 all-reduce、DDP、FSDP2 ----
-@contextmanager
-def recording_fsdp_collectives():
-    """记下 FSDP2 交给 c10d 的 all-gather 与 reduce-scatter：``[(名字, 字节数), …]``。
-
-    FSDP2 直接调用 ``c10d._allgather_base_`` / ``c10d._reduce_scatter_base_``（每个 ``fully_shard`` 组一次，组内参数拼成
-    一个扁平张量）；这里用 ``TorchDispatchMode`` 在它们执行时记下**完整**张量的字节（all-gather 的输出、reduce-scatter
-    的输入，即与 all-reduce 的“载荷”同一个口径），并按是否在反向传播里（``torch._C._current_graph_task_id()``）
-    分成 ``"all_gather_forward"``、``"all_gather_backward"`` 与 ``"reduce_scatter"``。
-    """
-    from torch.distributed.tensor import DTensor
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    log: list[tuple[str, int]] = []
-
-    class _Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if any(issubclass(t, DTensor) for t in types):
-                return NotImplemented  # 让 DTensor 先拆成本地运算与通信，再经过这里
-            name = str(getattr(func, "_overloadpacket", ""))
-            if name == "c10d._allgather_base_":  # (输出, 输入, …)
-                phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
-                log.append((f"all_gather_{phase}", args[0].numel() * args[0].element_size()))
-            elif name == "c10d._reduce_scatter_base_":  # (输出, 输入, …)
-                log.append(("reduce_scatter", args[1].numel() * args[1].element_size()))
-            return func(*args, **(kwargs or {}))
-
-    with _Recorder():
-        yield log
-
-
 def _dp_worker(rank, world_size, config_dict, state, blocks, steps, batch_size, lr):
     out = train_lm_worker(rank, world_size, ("manual", "ddp"), config_dict, state, blocks, steps, batch_size, lr)
     with recording_fsdp_collectives() as log:

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-__all__ = ["backend_for", "launch", "init_from_env", "is_rank0", "rank_print", "DistributedError", "STARTUP_TIMEOUT"]
+__all__ = ["backend_for", "launch", "WorkerPool", "init_from_env", "is_rank0", "rank_print", "DistributedError", "STARTUP_TIMEOUT"]
 
 HOST = "127.0.0.1"
 #: 进程启动（spawn、导入 torch、连上 store、组成进程组）最多等多少秒；不算在 ``timeout`` 里（见模块说明）
@@ -255,3 +255,125 @@ def rank_print(*args, **kwargs) -> None:
     """只在 rank 0 上 ``print``。"""
     if is_rank0():
         print(*args, **kwargs)
+
+
+# ---- 常驻的进程组：一次启动，多次交任务 ----
+def _loads(payload: bytes):
+    return torch.load(io.BytesIO(payload), weights_only=False)
+
+
+def _pool_worker(rank, world_size, port, backend, timeout, threads, tasks, results):
+    torch.set_num_threads(threads)
+    try:
+        limit = timedelta(seconds=timeout + STARTUP_TIMEOUT)  # 组成进程组要等最慢的进程启动完
+        store = dist.TCPStore(HOST, port, world_size, is_master=False, timeout=limit)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=limit)
+    except BaseException:  # noqa: BLE001 — 报回父进程，它才不会等到超时
+        results.put((rank, -1, "error", traceback.format_exc()))
+        return
+    results.put((rank, -1, "ready", None))
+    try:
+        while True:
+            item = tasks.get()
+            if item is None:  # 父进程要求退出
+                break
+            task_id, payload = item
+            try:
+                fn, args = _loads(payload)
+                results.put((rank, task_id, "ok", dump_bytes(fn(rank, world_size, *args))))
+            except BaseException:  # noqa: BLE001
+                results.put((rank, task_id, "error", traceback.format_exc()))
+                break  # 集合通信可能停在半路：这个进程组不能再用
+    finally:
+        dist.destroy_process_group()
+
+
+class WorkerPool:
+    """一组常驻的进程（一个进程组），可以一次次地交给它任务——省掉每次 :func:`launch` 重新起进程、导入 torch 的几秒钟。
+
+    ``pool.run(fn, args)`` 与 ``launch(fn, world_size, args)`` 一样：每个进程调用 ``fn(rank, world_size, *args)``，
+    按 rank 返回结果；任务与结果经 ``torch.save`` 序列化。``timeout`` 从进程全部就绪算起（启动另有
+    :data:`~tformer_lib.parallel.launch.STARTUP_TIMEOUT`），报错的第一行点名真正出错的 rank。任一进程出错或超时就结束所有进程、抛
+    :class:`~tformer_lib.parallel.launch.DistributedError`，这个池也就不能再用了。用完调用 :meth:`close`
+    （或用 ``with WorkerPool(2) as pool:``）；进程是守护进程，父进程退出时也会被结束。
+    """
+
+    def __init__(self, world_size: int = 2, *, device: str = "cpu", timeout: float = 120.0, threads: int = 1):
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size 应是正整数，收到 {world_size!r}")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout 应是正的秒数，收到 {timeout!r}")
+        import torch.multiprocessing as mp
+
+        if not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda"):
+            raise ValueError(f"device={device!r} 不受支持：WorkerPool 只演示 cpu（gloo）")
+        backend = backend_for(device)
+        if backend == "nccl":
+            raise ValueError("WorkerPool 只演示 CPU（gloo）；GPU 上请用 launch(..., device='cuda')")
+        self.world_size, self.timeout = world_size, timeout
+        self._store = dist.TCPStore(HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout + STARTUP_TIMEOUT),
+                                    wait_for_workers=False)
+        ctx = mp.get_context("spawn")
+        self._results = ctx.Queue()
+        self._tasks = [ctx.Queue() for _ in range(world_size)]
+        self._procs = [ctx.Process(target=_pool_worker, daemon=True,
+                                   args=(r, world_size, self._store.port, backend, timeout, threads, self._tasks[r],
+                                         self._results)) for r in range(world_size)]
+        for p in self._procs:
+            p.start()
+        self._next = 0
+        self._ready: set[int] = set()  # 已经组成进程组的 rank：第一个任务先等它们启动（不算在 timeout 里）
+        self.closed = False
+
+    def run(self, fn, args: tuple = (), timeout: float | None = None) -> list:
+        """每个进程跑 ``fn(rank, world_size, *args)``，返回按 rank 排好的结果列表。"""
+        if self.closed:
+            raise DistributedError("这个 WorkerPool 已经关闭（出过错、超时或调用过 close()）；请新建一个")
+        if not callable(fn):
+            raise TypeError(f"fn 应是可调用的顶层函数，收到 {type(fn).__name__}")
+        timeout = self.timeout if timeout is None else timeout
+        task_id, self._next = self._next, self._next + 1
+        payload = dump_bytes((fn, tuple(args)))
+        for q in self._tasks:
+            q.put((task_id, payload))
+
+        def receive(seconds: float):
+            while True:  # 别的任务的结果（只会来自出过错、已关闭的池）不要
+                rank, got_id, status, body = self._results.get(timeout=seconds)
+                if status != "ok" or got_id == task_id:
+                    return rank, status, body
+
+        try:
+            outputs = collect_outputs(receive, self._procs, self.world_size, timeout, self._ready,
+                               f"任务 {getattr(fn, '__name__', fn)}")
+        except BaseException:
+            self.close(force=True)
+            raise
+        return [_loads(outputs[r]) for r in range(self.world_size)]
+
+    def close(self, force: bool = False) -> None:
+        """让各进程退出（``force`` 时直接结束它们）；可以重复调用。"""
+        if self.closed:
+            return
+        self.closed = True
+        if not force:
+            for q in self._tasks:
+                q.put(None)
+        for p in self._procs:
+            p.join(timeout=0.1 if force else 2)  # 退出时 destroy_process_group 偶尔要等一会儿：不必等它
+        for p in self._procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close(force=exc[0] is not None)
+
+    def __del__(self):  # pragma: no cover - 解释器退出时的兜底
+        try:
+            self.close(force=True)
+        except Exception:  # noqa: BLE001
+            pass

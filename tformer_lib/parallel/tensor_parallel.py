@@ -14,32 +14,29 @@
 同一个切法也用 PyTorch 的 ``torch.distributed.tensor.parallel`` 写一遍（``ColwiseParallel``/``RowwiseParallel``：
 FFN 用 :func:`torch_parallelize_ffn`，注意力用 :func:`torch_parallelize_attention`）；测试证明两者都与不切的模块
 训练 k 步后一致（SGD 6 步，参数差 ≤ 1e-6，实测约 3e-8；30 步也还是 3e-8），每步交给 all-reduce 的字节也与
-手写的相同（:func:`recording_torch_collectives` 记下 PyTorch 自己发起的通信）。
+手写的相同（:func:`~tformer_lib.parallel.comm.recording_torch_collectives` 记下 PyTorch 自己发起的通信）。
 
 一个坑（它曾让 PyTorch 路径从第 2 步起偏离 ~1e-2）：``spawn`` 出来的进程收到的参数张量（``launch`` 的 ``args``）
 经 ``torch.multiprocessing`` 放进**共享内存**——两个进程拿到的是同一块存储。谁原地更新它（``optimizer.step()``），
 另一个进程的“副本”也跟着变，于是复制的参数（不切的注意力、``Replicate`` 的偏置 b_2）每步被更新 p 次，且两个进程
 读写交错、每次运行结果不同；分片的参数是新分配的内存，不受影响，所以只有第一步（更新之前）一致。worker 里先
-:func:`private_copy` 一份再用。
+:func:`~tformer_lib.parallel.tensor_parallel_workers.private_copy` 一份再用。
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
-
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
-from .._checks import finite_positive, positive_int
+from .._checks import positive_int
 from ..parts.attention import MultiHeadAttention, scaled_dot_product_attention
 from ..parts.feedforward import PositionwiseFeedForward
-from .comm import record, recording
+from .comm import record
 
 __all__ = ["CopyToParallel", "ReduceFromParallel", "column_shard", "row_shard", "TensorParallelFFN",
            "TensorParallelAttention", "ResidualBlock", "torch_parallelize_ffn", "torch_parallelize_attention",
-           "private_copy", "recording_torch_collectives", "tp_train_worker", "tp_grad_worker", "train_single_block", "gather_manual_params", "TP_MODES"]
+           "TP_MODES"]
 
 #: 张量并行的写法："manual" 手写切注意力与 FFN；"torch" 只把 FFN 交给 PyTorch；"torch_block" 注意力与 FFN 都交给 PyTorch
 TP_MODES = ("manual", "torch", "torch_block")
@@ -267,128 +264,3 @@ def torch_parallelize_attention(attn: MultiHeadAttention, world_size: int) -> Mu
     attn = parallelize_module(attn, mesh, plan)
     attn.register_forward_pre_hook(to_dtensors, with_kwargs=True)
     return attn
-
-
-_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
-
-
-@contextmanager
-def recording_torch_collectives():
-    """把 PyTorch 自己（DTensor 重分布时）发起的集合通信也记进 :func:`~tformer_lib.parallel.comm.recording`。
-
-    DTensor 把 ``Partial → Replicate`` 之类的重分布翻译成 ``torch.ops._c10d_functional.all_reduce`` 等函数式
-    集合通信；这里用一个 ``TorchDispatchMode`` 在它们执行时记下交出的本地张量（与手写方案调 ``record`` 的
-    位置相同：交给通信原语的有效载荷）。反向传播也在同一线程里执行，一并记下。测试证明：注意力与 FFN 都交给
-    PyTorch 时，每步恰好 4 次 ``(B, T, d_model)`` 的 all-reduce（输入不需要梯度时 3 次）——与手写 Megatron 的
-    公式相同，SwiGLU 也一样。
-    """
-    from torch.distributed.tensor import DTensor
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if any(issubclass(t, DTensor) for t in types):
-                return NotImplemented  # 先让 DTensor 拆成本地运算与集合通信，再经过这里
-            packet = str(getattr(func, "_overloadpacket", ""))
-            if packet.startswith("_c10d_functional.") and packet.split(".")[-1] in _COLLECTIVES:
-                record(packet.split(".")[-1], args[0])
-            return func(*args, **(kwargs or {}))
-
-    with _Recorder():
-        yield
-
-
-def private_copy(module: nn.Module) -> nn.Module:
-    """worker 收到的模块的私有副本：``spawn`` 传来的张量在进程间共享内存，原地训练它会改到别的进程的参数。"""
-    import copy
-
-    return copy.deepcopy(module)
-
-
-def _split_block(block: ResidualBlock, mode: str, rank: int, world_size: int) -> ResidualBlock:
-    block = private_copy(block)
-    if mode == "manual":
-        return ResidualBlock(TensorParallelAttention(block.attn, rank, world_size),
-                             TensorParallelFFN(block.ffn, rank, world_size))
-    if mode == "torch":
-        return ResidualBlock(block.attn, torch_parallelize_ffn(block.ffn, world_size))
-    if mode == "torch_block":
-        return ResidualBlock(torch_parallelize_attention(block.attn, world_size),
-                             torch_parallelize_ffn(block.ffn, world_size))
-    raise ValueError(f"mode 应是 {TP_MODES} 之一，收到 {mode!r}")
-
-
-def _full(param) -> torch.Tensor:
-    return (param.full_tensor() if hasattr(param, "full_tensor") else param).detach().clone()
-
-
-def tp_train_worker(rank: int, world_size: int, mode: str, block: ResidualBlock, x: torch.Tensor,
-                    target: torch.Tensor, mask, steps: int, lr: float) -> dict:
-    """每个进程里：把 ``block`` 的私有副本切开（``mode`` 见 :data:`TP_MODES`），用同一批数据、均方误差、SGD 训练
-    ``steps`` 步。返回损失、本进程持有的参数（PyTorch 路径是拼好的完整参数；手写路径是本进程的分片）与每步交给
-    all-reduce 的字节数 ``bytes_per_step``（手写路径由 f/g 算子记下，PyTorch 路径由 :func:`recording_torch_collectives`）。
-
-    用 SGD 而不是 AdamW：W^K 的偏置的真实梯度恒为 0（softmax 对每个键加同一个 q·b_k 不变），两条路径只剩 1e-9
-    量级的舍入噪声，AdamW 的归一化会把噪声放大成 ±lr 的更新，比较就失去意义。
-
-    容差（torch 2.13 CPU/gloo，d_model 16、4 头、SGD lr 0.1、6 步）：三种写法与不切的块损失相对差 ≤ 1e-6、
-    参数差 ≤ 1e-6，实测约 3e-8（求和顺序不同的 float32 舍入）。"""
-    model = _split_block(block, mode, rank, world_size)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    losses = []
-    torch_sent = recording_torch_collectives() if mode != "manual" else nullcontext()
-    with recording() as sent, torch_sent:  # 手写路径自己调 record；PyTorch 路径由 dispatch mode 记下
-        for _ in range(steps):
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.mse_loss(model(x, mask), target)
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.detach()))
-    return {"losses": losses, "params": {k: _full(v) for k, v in model.named_parameters()},
-            "bytes_per_step": sum(n for _, n in sent) / steps}
-
-
-def tp_grad_worker(rank: int, world_size: int, mode: str, block: ResidualBlock, x: torch.Tensor,
-                   target: torch.Tensor, mask) -> dict:
-    """每个进程里：切开的块做一次前向、反向，返回输出、损失与拼好的完整梯度（``"manual"`` 时是本进程的分片）。"""
-    model = _split_block(block, mode, rank, world_size)
-    out = model(x, mask)  # (B, T, d_model)
-    loss = F.mse_loss(out, target)
-    loss.backward()
-    weights = getattr(model.attn, "attn_weights", None)  # PyTorch 路径：DTensor，本地只有本进程的 h/p 个头
-    return {"out": _full(out), "loss": float(loss.detach()), "grads": {k: _full(v.grad) for k, v in model.named_parameters()},
-            "local_weights_shape": tuple(weights.to_local().shape) if hasattr(weights, "to_local") else None}
-
-
-def train_single_block(block: ResidualBlock, x, target, mask, steps: int, lr: float) -> dict:
-    """参照：不切的块、同样的数据与优化器。``block`` 不被修改。"""
-    if not isinstance(block, ResidualBlock):
-        raise TypeError(f"block 应是 ResidualBlock，收到 {type(block).__name__}")
-    positive_int("steps", steps)
-    finite_positive("lr", lr)
-    model = private_copy(block)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    losses = []
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.mse_loss(model(x, mask), target)
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return {"losses": losses, "params": {k: v.detach().clone() for k, v in model.named_parameters()}}
-
-
-def gather_manual_params(per_rank: list[dict]) -> dict:
-    """把手写张量并行各进程的参数拼回不切模块的名字与形状（列切按行拼、行切按列拼，偏置取一份）。"""
-    p0 = per_rank[0]
-    out = {}
-    for prefix, column, row, row_bias in (("attn", ("w_q", "w_k", "w_v"), "w_o", "b_o"),
-                                          ("ffn", ("w_1", "w_3"), "w_2", "b_2")):
-        for name in column:
-            if f"{prefix}.{name}.weight" not in p0:
-                continue
-            for kind in ("weight", "bias"):
-                out[f"{prefix}.{name}.{kind}"] = torch.cat([r[f"{prefix}.{name}.{kind}"] for r in per_rank], dim=0)
-        out[f"{prefix}.{row}.weight"] = torch.cat([r[f"{prefix}.{row}.weight"] for r in per_rank], dim=1)
-        out[f"{prefix}.{row}.bias"] = p0[f"{prefix}.{row_bias}"]
-    return out
