@@ -64,3 +64,36 @@ def test_environment_variable_sets_the_switch_at_import(monkeypatch, env, expect
         monkeypatch.delenv("TFORMER_CHECK_VALUES")
         importlib.reload(checks)
         checks.CHECK_VALUES = True  # conftest 的设置
+
+
+def test_finite_real_bounds_and_messages():
+    assert checks.finite_real("x", 1, at_least=1) == 1.0 and checks.finite_real("x", 0.5, above=0) == 0.5
+    with pytest.raises(ValueError, match=r"x 应是 > 0 的有限数，收到 0"):
+        checks.finite_real("x", 0, above=0)
+    # 界的短写法会失真时写全：0.1 + 0.2 不写成 0.3
+    with pytest.raises(ValueError, match=r"> 0\.30000000000000004 的有限数，收到 0\.3$"):
+        checks.finite_real("x", 0.3, above=0.1 + 0.2)
+    with pytest.raises(ValueError, match="x 应是有限的数"):  # 大到转不成 float 的整数：ValueError，不是 OverflowError
+        checks.finite_real("x", 10**400)
+    with pytest.raises(ValueError, match="界应是有限的数"):  # NaN 的界会让任何数都“通过”
+        checks.finite_real("x", -5, above=float("nan"))
+    with pytest.raises(TypeError, match="至多给一个"):
+        checks.finite_real("x", 0.5, above=0, at_least=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.uint16, torch.uint32])
+def test_token_ids_accept_only_the_dtypes_an_embedding_can_index_with(dtype):
+    with pytest.raises(TypeError, match=r"tokens 应是整数类型的词元 id（torch.long 或 torch.int32）"):
+        checks.token_ids("tokens", torch.tensor([[1, 2]]).to(dtype), vocab_size=5)
+    assert checks.token_ids("tokens", torch.tensor([[1, 2]], dtype=torch.int32), vocab_size=5).dtype == torch.int32
+
+
+def test_model_forward_names_positions_dtype_and_device():
+    model = make_lm(LMConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=8))
+    ok = torch.tensor([[1, 2, 3]])
+    with pytest.raises(TypeError, match="positions 应是 torch.long 或 torch.int32 的整数张量，收到 dtype torch.int16"):
+        model(ok, positions=torch.arange(3, dtype=torch.int16))
+    with pytest.raises(TypeError, match=r"positions 应是整数张量 \(T,\) 或 \(B, T\)，收到 list"):
+        model(ok, positions=[0, 1, 2])
+    with pytest.raises(ValueError, match="tokens 在 meta 上，模型的参数在 cpu 上"):  # 不会悄悄算出未初始化的内存
+        model(ok.to("meta"))

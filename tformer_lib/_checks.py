@@ -18,8 +18,12 @@ CHECK_VALUES: bool | None = {"1": True, "0": False}.get(os.environ.get("TFORMER_
 
 
 def check_values(x: torch.Tensor) -> bool:
-    """要不要对 ``x`` 做读取取值的检查（见 :data:`CHECK_VALUES`）。"""
-    return CHECK_VALUES if CHECK_VALUES is not None else x.device.type == "cpu"
+    """要不要对张量 ``x`` 做读取取值的检查（见 :data:`CHECK_VALUES`）。"""
+    return bool(CHECK_VALUES) if CHECK_VALUES is not None else x.device.type == "cpu"
+
+
+#: 能当索引（查嵌入表、取位置）用的整数 dtype：``nn.Embedding`` 只接受这两种
+INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 def positive_int(name: str, value, minimum: int = 1) -> int:
@@ -75,8 +79,8 @@ def token_ids(name: str, tokens, vocab_size: int) -> torch.Tensor:
     """要求 ``tokens`` 是整数张量，且每个 id 都落在 ``[0, vocab_size)`` 内（范围要读取值：:func:`check_values`）。"""
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} 应是由词元 id 组成的 torch.Tensor，收到 {type(tokens).__name__}")
-    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool or tokens.is_complex():
-        raise TypeError(f"{name} 应是整数类型的词元 id，收到 dtype {tokens.dtype}")
+    if tokens.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} 应是整数类型的词元 id（torch.long 或 torch.int32），收到 dtype {tokens.dtype}")
     if tokens.numel() > 0 and check_values(tokens):
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab_size:
@@ -223,12 +227,33 @@ def last_dim(name: str, x: torch.Tensor, expected: int, owner: str) -> None:
         raise ValueError(f"{name} 的最后一维是 {x.shape[-1]}，但{owner}={expected}（{name} 的形状 {tuple(x.shape)}）")
 
 
+def _shown(bound: float) -> str:
+    """错误信息里的界：短写法（``0``、``1``）不失真时用它，否则写全（``0.30000000000000004``）。"""
+    short = f"{bound:g}"
+    return short if float(short) == bound else repr(float(bound))
+
+
 def finite_real(name: str, value, *, above: float | None = None, at_least: float | None = None) -> float:
-    """要求 ``value`` 是有限的实数（排除 inf、NaN、布尔值与非数），可再要求 ``> above`` 或 ``≥ at_least``；返回 ``float``。"""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or (
-            above is not None and value <= above) or (at_least is not None and value < at_least):
-        bound = f" > {above:g}" if above is not None else f" ≥ {at_least:g}" if at_least is not None else ""
-        raise ValueError(f"{name} 应是{bound} 的有限数，收到 {value!r}" if bound else f"{name} 应是有限的数，收到 {value!r}")
+    """要求 ``value`` 是有限的实数，可再要求 ``> above``（严格）或 ``≥ at_least``（两者至多给一个）；返回 ``float``。
+
+    不合要求的一律是 ``ValueError``（包括不是数的输入：字符串、``None``、布尔值、张量，以及大到转不成 float 的整数）。
+    """
+    if above is not None and at_least is not None:
+        raise TypeError("finite_real 的 above 与 at_least 至多给一个")
+    bound = above if above is not None else at_least
+    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, numbers.Real) or not math.isfinite(bound)):
+        raise ValueError(f"{name} 的界应是有限的数，收到 {bound!r}")
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+    except OverflowError:  # 大到转不成 float 的整数
+        ok = False
+    if ok and bound is not None:
+        ok = value > above if above is not None else value >= at_least
+    if not ok:
+        if bound is None:
+            raise ValueError(f"{name} 应是有限的数，收到 {value!r}")
+        sign = ">" if above is not None else "≥"
+        raise ValueError(f"{name} 应是 {sign} {_shown(bound)} 的有限数，收到 {value!r}")
     return float(value)
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .._checks import bool_mask, check_values, non_empty_sequence, tensor_with_dim, token_ids
+from .._checks import INDEX_DTYPES, bool_mask, check_values, non_empty_sequence, tensor_with_dim, token_ids
 from ..moe import MoEFeedForward
 from ..parts.attention import MultiHeadAttention
 from ..parts.feedforward import PositionwiseFeedForward
@@ -110,6 +110,9 @@ class DecoderOnlyLM(nn.Module):
         """:meth:`forward` 的参数检查：形状、类型与缓存是否配套（词元 id 的范围要读取值，见 ``_checks.check_values``）。"""
         tensor_with_dim("tokens", tokens, 2, "(B, T)")
         non_empty_sequence("tokens", tokens, seq_dim=1)
+        weight = self.tok_embed.weight
+        if tokens.device != weight.device:
+            raise ValueError(f"tokens 在 {tokens.device} 上，模型的参数在 {weight.device} 上：请用 tokens.to({str(weight.device)!r})")
         token_ids("tokens", tokens, self.config.vocab_size)
         if cache is not None:
             if not isinstance(cache, LMCache):
@@ -133,8 +136,10 @@ class DecoderOnlyLM(nn.Module):
                     f"请截短提示（prompt），或用更大的 max_len 训练模型"
                 )
             return torch.arange(start, start + length, device=tokens.device)  # (T,)
-        if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point or positions.dtype == torch.bool:
-            raise TypeError(f"positions 应是整数张量 (T,) 或 (B, T)，收到 {getattr(positions, 'dtype', type(positions))}")
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(f"positions 应是整数张量 (T,) 或 (B, T)，收到 {type(positions).__name__}")
+        if positions.dtype not in INDEX_DTYPES:
+            raise TypeError(f"positions 应是 torch.long 或 torch.int32 的整数张量，收到 dtype {positions.dtype}")
         if tuple(positions.shape) not in ((length,), (batch, length)):
             raise ValueError(f"positions 的形状应为 ({length},) 或 ({batch}, {length})，收到 {tuple(positions.shape)}")
         if positions.numel() and check_values(positions) and (int(positions.min()) < 0 or int(positions.max()) >= max_len):
