@@ -138,7 +138,7 @@ def _tiny_lm():
 
 
 def test_block_table_explorer_steps_through_a_real_engine():
-    from tformer_lib.widgets.explorer import CHAPTER_FRAME_BUDGET
+    from tformer_lib.widgets.base import CHAPTER_FRAME_BUDGET
     from tformer_lib.widgets.serving import block_table_explorer, block_table_states
 
     prompt = [5, 6, 7, 8, 9, 10]

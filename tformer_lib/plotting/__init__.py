@@ -2,6 +2,10 @@
 
 图用 ``matplotlib.figure.Figure`` 直接创建，不进入 pyplot 的注册表：在笔记本里作为单元格最后一个
 表达式时只显示一次。图里的中文用随书字体显示（:mod:`tformer_lib.plotting.fonts`），不依赖系统字体。
+
+组织规则：一个模块画一个主题，按它画的东西命名（``tokens``、``positional``、``qkv``、``attention``、``masks``、``blocks``、
+``output_layer``、``loss_curves``、``efficiency``、``lm``、``memory``、``parallel``、``serving``、``quant``……），不按章号；
+哪一章用它写在模块的说明里。共用的检查与建图函数在 ``_common``。
 """
 
 from tformer_lib.plotting.attention import plot_attention, plot_attention_grid, plot_model_attention

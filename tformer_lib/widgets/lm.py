@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import ipywidgets as widgets
 import torch
 
-from tformer_lib.widgets.explorer import Explorer
+from tformer_lib.widgets.base import Explorer
 
 __all__ = ["SAMPLING_SETTINGS", "sampling_frame", "sampling_explorer"]
 

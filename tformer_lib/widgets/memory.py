@@ -11,7 +11,7 @@ import dataclasses
 
 import ipywidgets as widgets
 
-from tformer_lib.widgets.explorer import Explorer
+from tformer_lib.widgets.base import Explorer
 
 __all__ = ["BATCH_SIZES", "LENGTHS", "memory_explorer"]
 

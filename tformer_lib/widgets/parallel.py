@@ -13,7 +13,7 @@ import ipywidgets as widgets
 
 from tformer_lib._checks import finite_positive
 
-from tformer_lib.widgets.explorer import Explorer
+from tformer_lib.widgets.base import Explorer
 
 __all__ = ["pipeline_schedule_explorer", "zero_memory_explorer", "PIPELINE_MICRO_BATCHES", "ZERO_WORLD_SIZES"]
 

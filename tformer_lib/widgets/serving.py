@@ -1,7 +1,7 @@
 """第 13 章的探索器：分页缓存的块表一步一步怎样变（请求到达、增长、结束），以及批槽位时间线随 ``max_batch`` 的变化。
 
 两个探索器都先真的跑一遍 :class:`~tformer_lib.serving.Engine`（以及静态批处理），把每一帧要画的**状态**记下来，
-再交给 :class:`~tformer_lib.widgets.explorer.Explorer` 预先画成帧：网页上（没有内核）拖动滑块就换帧。
+再交给 :class:`~tformer_lib.widgets.base.Explorer` 预先画成帧：网页上（没有内核）拖动滑块就换帧。
 所有请求都在 0 时刻到达、只做贪心解码、不设 EOS，所以调度只由提示与输出长度决定，每次运行逐帧相同。
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import ipywidgets as widgets
 
-from tformer_lib.widgets.explorer import MAX_FRAMES, Explorer
+from tformer_lib.widgets.base import MAX_FRAMES, Explorer
 
 __all__ = ["block_table_states", "block_table_explorer", "slot_timelines", "slot_timeline_explorer"]
 

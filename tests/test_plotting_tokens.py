@@ -3,7 +3,7 @@
 import pytest
 from matplotlib.figure import Figure
 
-from tformer_lib.plotting.ch01 import plot_grouped_bars
+from tformer_lib.plotting.tokens import plot_grouped_bars
 
 VALUES = {
     "d_model=64": {"词嵌入（未缩放）": 1.0, "词嵌入 ×√d_model": 8.0, "位置编码": 5.657},
@@ -54,7 +54,7 @@ import math  # noqa: E402
 import torch  # noqa: E402
 
 from tformer_lib.data import Vocab  # noqa: E402
-from tformer_lib.plotting.ch01 import plot_input_matrix  # noqa: E402
+from tformer_lib.plotting.tokens import plot_input_matrix  # noqa: E402
 
 
 def _image(fig):

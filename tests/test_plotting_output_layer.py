@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tformer_lib.plotting.ch06 import (
+from tformer_lib.plotting.output_layer import (
     plot_sigmoid_vs_softmax,
     plot_softmax_properties,
     plot_temperature_entropy,

@@ -5,7 +5,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from tformer_lib import sinusoidal_positional_encoding
-from tformer_lib.plotting.ch02 import plot_position_distance
+from tformer_lib.plotting.sequence_order import plot_position_distance
 
 
 # 本文件的每个测试里，任何警告（包括缺字 “Glyph missing”）都算失败。
@@ -51,7 +51,7 @@ def test_bad_input(kwargs, error):
 
 
 def test_sequence_mixing_figure_renders_with_step_labels(render):
-    from tformer_lib.plotting.ch02 import plot_sequence_mixing
+    from tformer_lib.plotting.sequence_order import plot_sequence_mixing
 
     result = {"lengths": [8, 32], "rnn_seconds": [1e-3, 4e-3], "attention_seconds": [5e-4, 6e-4],
               "rnn_steps": [8, 32], "attention_steps": [1, 1], "threads": 1}
@@ -64,7 +64,7 @@ def test_sequence_mixing_figure_renders_with_step_labels(render):
 
 
 def test_length_generalization_figure_renders(render):
-    from tformer_lib.plotting.ch02 import plot_length_generalization
+    from tformer_lib.plotting.sequence_order import plot_length_generalization
 
     fig = render(plot_length_generalization({"正弦余弦": {4: 1.0, 12: 0.2}, "可学习": {4: 1.0, 12: 0.0}},
                                             train_max_len=8))

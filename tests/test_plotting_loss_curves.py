@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tformer_lib.plotting.ch07 import LiveLossPlot, plot_loss_curves, plot_score_bars
+from tformer_lib.plotting.loss_curves import LiveLossPlot, plot_loss_curves, plot_score_bars
 
 
 # 本文件的每个测试里，任何警告（包括缺字 “Glyph missing”）都算失败。
@@ -57,7 +57,7 @@ def test_score_bars_heights_and_labels(render):
 
 
 def test_seed_runs_draws_one_line_per_seed_with_lr_axis(render):
-    from tformer_lib.plotting.ch07 import plot_seed_runs
+    from tformer_lib.plotting.loss_curves import plot_seed_runs
 
     groups = {"Post-LN": [[4.0, 3.9, 3.9], [4.1, 3.8, 3.9]], "Pre-LN": [[4.0, 3.0, 2.0], [4.2, 2.9, 1.8]]}
     fig = render(plot_seed_runs(groups, smooth=2, lr=[0.01, 0.02, 0.015], hline=(3.8, "只按词频猜"), title="测试"))

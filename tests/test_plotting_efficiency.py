@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tformer_lib import TransformerConfig
-from tformer_lib.plotting.ch08 import (
+from tformer_lib.plotting.efficiency import (
     plot_cost_scaling,
     plot_flops_breakdown,
     plot_flops_share,

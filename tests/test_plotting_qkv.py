@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tformer_lib.plotting.ch03 import plot_dk_curves, plot_weighted_sum
+from tformer_lib.plotting.qkv import plot_dk_curves, plot_weighted_sum
 
 
 # 本文件的每个测试里，任何警告（包括缺字 “Glyph missing”）都算失败。

@@ -1,6 +1,6 @@
-"""本书各章的探索器（explorer）：每个包装库里的一个绘图函数 ``plot_*``。
+"""模型部件与训练调度的探索器（explorer，第 1–7 章）：每个包装库里的一个绘图函数 ``plot_*``。
 
-机制见 :mod:`tformer_lib.widgets.explorer`：有内核时任何控件一变就实时重画；每个探索器还有一个
+机制见 :mod:`tformer_lib.widgets.base`：有内核时任何控件一变就实时重画；每个探索器还有一个
 “静态控件”（参数 ``static``，默认是最能说明问题的那个），它的各档预先画好、在浏览器里用 jslink 切换，
 所以发布的 HTML 书里也能拖动。``static=None`` 关掉预先画帧。
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from tformer_lib.widgets.explorer import Explorer
+from tformer_lib.widgets.base import Explorer
 
 
 #: 温度滑块在网页上预先画好的各档。

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tformer_lib.plotting.ch04 import (
+from tformer_lib.plotting.blocks import (
     plot_activation_curves,
     plot_head_split,
     plot_layer_curves,
