@@ -160,7 +160,7 @@ def test_installing_the_package_keeps_an_existing_torch(tmp_path, wheel, existin
 def test_wheel_carries_fonts_checkpoints_data_and_results(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     for pattern in (r"tformer_lib/fonts/.+\.otf$", r"tformer_lib/fonts/OFL\.txt$", r"tformer_lib/checkpoints/.+\.pt$",
-                    r"tformer_lib/data/poems/.+", r"tformer_lib/widgets/explorer\.py$"):
+                    r"tformer_lib/data/poems/.+", r"tformer_lib/widgets/base\.py$"):
         assert any(re.search(pattern, n) for n in names), f"轮子里缺少 {pattern}"
 
 
