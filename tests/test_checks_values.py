@@ -97,3 +97,28 @@ def test_model_forward_names_positions_dtype_and_device():
         model(ok, positions=[0, 1, 2])
     with pytest.raises(ValueError, match="tokens 在 meta 上，模型的参数在 cpu 上"):  # 不会悄悄算出未初始化的内存
         model(ok.to("meta"))
+
+
+def test_helpers_check_their_own_parameters():
+    with pytest.raises(ValueError, match="vocab_size 应是正整数（tokens 的词表大小），收到 0"):
+        checks.token_ids("tokens", torch.tensor([[0]]), vocab_size=0)
+    with pytest.raises(ValueError, match="vocab_size 应是正整数"):
+        checks.token_ids("tokens", torch.tensor([[0]]), vocab_size=10.5)
+    with pytest.raises(TypeError, match="minimum 应是整数"):
+        checks.positive_int("n", 3, minimum=None)
+    assert checks.positive_int("n", 3, minimum=3) == 3
+
+
+def test_language_model_names_what_is_missing():
+    class HalfConfig:
+        vocab_size = 10
+
+    class Half(torch.nn.Module):
+        config = HalfConfig()
+
+    with pytest.raises(TypeError, match="收到的 Half 的 .config 缺少 max_len"):
+        checks.language_model("model", Half())
+    with pytest.raises(TypeError, match="收到的 Linear 没有 .config"):
+        checks.language_model("model", torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="收到 str"):
+        checks.language_model("model", "gpt2")

@@ -28,6 +28,8 @@ INDEX_DTYPES = (torch.int64, torch.int32)
 
 def positive_int(name: str, value, minimum: int = 1) -> int:
     """要求 ``value`` 是 ≥ ``minimum``（默认 1）的整数（NumPy 的整数也算，bool 不算），返回 Python ``int``。"""
+    if isinstance(minimum, bool) or not isinstance(minimum, numbers.Integral):
+        raise TypeError(f"positive_int 的 minimum 应是整数，收到 {minimum!r}")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
     if value < minimum:
@@ -79,6 +81,8 @@ def token_ids(name: str, tokens, vocab_size: int) -> torch.Tensor:
     """要求 ``tokens`` 是整数张量，且每个 id 都落在 ``[0, vocab_size)`` 内（范围要读取值：:func:`check_values`）。"""
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} 应是由词元 id 组成的 torch.Tensor，收到 {type(tokens).__name__}")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 1:
+        raise ValueError(f"vocab_size 应是正整数（{name} 的词表大小），收到 {vocab_size!r}")
     if tokens.dtype not in INDEX_DTYPES:
         raise TypeError(f"{name} 应是整数类型的词元 id（torch.long 或 torch.int32），收到 dtype {tokens.dtype}")
     if tokens.numel() > 0 and check_values(tokens):
@@ -285,8 +289,13 @@ def language_model(name: str, model) -> torch.nn.Module:
 
     只看“长得像”（duck typing），不导入 ``lm``：这里是包的最底层。
     """
-    config = getattr(model, "config", None)
-    if not isinstance(model, torch.nn.Module) or not all(hasattr(config, a) for a in ("vocab_size", "max_len")):
+    if not isinstance(model, torch.nn.Module):
         raise TypeError(f"{name} 应是语言模型（带 .config 的 DecoderOnlyLM，如 make_lm(config) 的结果），"
                         f"收到 {type(model).__name__}")
+    config = getattr(model, "config", None)
+    missing = [a for a in ("vocab_size", "max_len") if not hasattr(config, a)]
+    if missing:
+        what = "没有 .config" if config is None else f"的 .config 缺少 {'、'.join(missing)}"
+        raise TypeError(f"{name} 应是语言模型（带 .config 的 DecoderOnlyLM，如 make_lm(config) 的结果），"
+                        f"收到的 {type(model).__name__} {what}")
     return model
