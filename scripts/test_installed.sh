@@ -108,6 +108,7 @@ for cap in $caps; do
     fi
   fi
   cp nbval_sanitize.cfg "$book/"
+  cp scripts/nbval_kernels.py "$book/conftest.py"  # 内核走 IPC 而不是 TCP 端口：并行的通道不再抢端口（见该文件）
 done
 pids=()
 for cap in $caps; do
@@ -127,7 +128,10 @@ done
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 if [ "$failed" != 0 ]; then
-  for cap in $caps; do echo "---- ATEN_CPU_CAPABILITY=$cap"; tail -n 150 "$WORK/book-$cap/log"; done
+  for cap in $caps; do
+    echo "---- ATEN_CPU_CAPABILITY=$cap"; tail -n 150 "$WORK/book-$cap/log"
+    echo "---- 内核的标准错误（末尾）"; tail -n 30 "$WORK/book-$cap/kernel-stderr.log" 2>/dev/null || true
+  done
   echo "有笔记本的输出与提交的不同（上面是各指令集的日志末尾）" >&2
   exit 1
 fi
