@@ -136,22 +136,19 @@ def _paged_logits(cache_cls, model, prompts, steps, packed):
         cache.manager.allocate(i, p)
     outs, tokens, lengths = [], [torch.tensor(p) for p in prompts], [len(p) for p in prompts]
     with torch.no_grad():
-        for _ in range(steps):
-            if packed:
+        for step in range(steps):
+            if packed or step == 0:  # 预填充总是打包的一行；packed=False 时解码步走 (B, 1) 的 decode_view
                 view, positions, mask, last = cache.packed_view(ids, lengths)
                 logits = model(torch.cat(tokens)[None], cache=view, positions=positions, attn_mask=mask)[0, last]
             else:
-                width = max(lengths)
-                batch = torch.stack([torch.cat([t, t.new_zeros(width - len(t))]) for t in tokens])
-                view, positions, mask = cache.view(ids, lengths)
-                logits = model(batch, cache=view, positions=positions, attn_mask=mask)
-                logits = logits[torch.arange(len(ids)), torch.tensor(lengths) - 1]
+                view, positions, mask = cache.decode_view(ids)
+                logits = model(torch.cat(tokens)[:, None], cache=view, positions=positions, attn_mask=mask)[:, -1]
             outs.append(logits)
             tokens, lengths = [t[None] for t in logits.argmax(-1)], [1] * len(ids)
     return torch.stack(outs), cache
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("packed", [False, True], ids=["decode_view", "packed"])
 def test_int8_paged_cache_equals_a_paged_cache_of_dequantized_values(packed):
     model = _model(2, positional="rope", n_kv_heads=2)
     prompts = [[5, 6, 7, 8, 9], [10, 11]]

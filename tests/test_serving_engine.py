@@ -264,15 +264,16 @@ def test_ref_counts_exact_when_freed_in_any_order(seed):
         manager.register_prefix(seq, prompt)
         live[seq] = prompt
         for i in range(reused // 2):  # 共用的块装的正是这段前缀
-            assert manager._block_key[manager.tables[seq][i]] == tuple(prompt[: 2 * (i + 1)])
+            assert manager._key_of[manager.tables[seq][i]] == tuple(prompt[: 2 * (i + 1)])
         held = [b for t in manager.tables.values() for b in t]
         assert all(manager.ref_count[b] == held.count(b) for b in set(held))
         assert not set(held) & set(manager.free_blocks) and len(set(manager.free_blocks)) == len(manager.free_blocks)
-        assert all(manager.ref_count[b] > 0 for b in list(manager._block_key) + list(manager._spare_key))
+        assert all(manager.ref_count[b] > 0 for b in manager._key_of)  # 查找表里只有仍被占着的块
+        assert {b: k for k, blocks in manager._cached.items() for b in blocks} == manager._key_of
     for victim in rng.sample(sorted(live), len(live)):
         manager.free(victim)
     assert sorted(manager.free_blocks) == list(range(64)) and manager.ref_count == [0] * 64
-    assert not manager._prefix and not manager._block_key and not manager._spare
+    assert not manager._cached and not manager._key_of and not manager.prefix_blocks
 
 
 @pytest.mark.parametrize("options", CONFIGS)
@@ -291,7 +292,7 @@ def test_heavy_prefix_sharing_keeps_outputs_and_returns_every_block(options, see
     assert [r.output for r in requests] == [_alone(model, p, n, eos_id=7) for p, n in zip(prompts, n_new)]
     assert engine.prefill_tokens_saved > 0
     manager = engine.cache.manager
-    assert sorted(manager.free_blocks) == list(range(manager.num_blocks)) and not manager._prefix
+    assert sorted(manager.free_blocks) == list(range(manager.num_blocks)) and not manager._cached
 
 
 def _sampled_alone(model, prompt, n, temperature, top_p, seed, eos_id=None):

@@ -146,7 +146,9 @@ BAD = [
     ("packed_view length mismatch", lambda: _cache().packed_view([0], [1, 1]), ValueError, "n_new"),
     ("packed_view empty", lambda: _cache().packed_view([], []), ValueError, "seq_ids"),
     ("packed_view n_new=0", lambda: _cache().packed_view([0], [0]), ValueError, "n_new"),
-    ("view n_new=0", lambda: _cache().view([0], [0]), ValueError, "n_new"),
+    ("decode_view unknown seq", lambda: _cache().decode_view([1]), KeyError, "seq_id"),
+    ("decode_view empty", lambda: _cache().decode_view([]), ValueError, "seq_ids"),
+    ("decode_view not a list", lambda: _cache().decode_view(0), ValueError, "seq_ids"),
     # 10. 不是模型
     ("Engine('x')", lambda: Engine("x"), TypeError, "model"),
     ("greedy_batch('m')", lambda: greedy_batch("m", [[2, 3]], 2), TypeError, "model"),

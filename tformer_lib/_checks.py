@@ -26,12 +26,20 @@ def check_values(x: torch.Tensor) -> bool:
 INDEX_DTYPES = (torch.int64, torch.int32)
 
 
+class NotAnInteger(TypeError, ValueError):
+    """该是整数的参数收到了别的东西（``1.5``、``"3"``、``True``）。
+
+    它既是 ``TypeError`` 也是 ``ValueError``：库里早先各处的整数检查有的抛这个、有的抛那个，合并成
+    :func:`positive_int` 之后，按哪一种捕获的调用者都照样接得住。
+    """
+
+
 def positive_int(name: str, value, minimum: int = 1) -> int:
     """要求 ``value`` 是 ≥ ``minimum``（默认 1）的整数（NumPy 的整数也算，bool 不算），返回 Python ``int``。"""
     if isinstance(minimum, bool) or not isinstance(minimum, numbers.Integral):
         raise TypeError(f"positive_int 的 minimum 应是整数，收到 {minimum!r}")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
+        raise NotAnInteger(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name} 应是正整数，收到 {value}" if minimum == 1 else f"{name} 应 ≥ {minimum}，收到 {value}")
     return int(value)
@@ -40,7 +48,7 @@ def positive_int(name: str, value, minimum: int = 1) -> int:
 def non_negative_int(name: str, value) -> int:
     """要求 ``value`` 是非负整数（NumPy 的整数也算，bool 不算），返回 Python ``int``。"""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
+        raise NotAnInteger(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
     if value < 0:
         raise ValueError(f"{name} 应是非负整数，收到 {value}")
     return int(value)

@@ -161,7 +161,7 @@ def block_table_snapshot(manager) -> dict:
     ``{"num_blocks", "block_size", "tables": {序列: [物理块…]}, "lengths": {序列: 已写位置数},
     "ref_count": [...], "free": [...], "prefix_blocks": [登记为可共用前缀的块…]}``
     """
-    from tformer_lib.serving.paged_cache import BlockManager
+    from tformer_lib.serving.block_manager import BlockManager
 
     if not isinstance(manager, BlockManager):
         raise TypeError(f"manager 应是 BlockManager（PagedKVCache 的 .manager），收到 {type(manager).__name__}")
@@ -169,7 +169,7 @@ def block_table_snapshot(manager) -> dict:
             "tables": {int(s): list(t) for s, t in manager.tables.items()},
             "lengths": {int(s): int(n) for s, n in manager.lengths.items()},
             "ref_count": list(manager.ref_count), "free": sorted(manager.free_blocks),
-            "prefix_blocks": sorted(manager._block_key)}
+            "prefix_blocks": manager.prefix_blocks}
 
 
 def _as_snapshot(state) -> dict:

@@ -1,11 +1,12 @@
 """推理服务（第 13 章）：参差批次、连续批处理、分页 K/V 缓存、推测解码与一个本地 HTTP 服务。
 
 每个部件都有测试证明：它生成的词元与逐条调用 ``generate(..., method="greedy")`` 完全相同。
-层次（只向下依赖）：ragged → paged_cache → sampling → engine → workload → speculative → openai_api → server。
+层次（只向下依赖）：ragged → block_manager → paged_inputs → paged_cache → sampling → engine → workload → speculative → openai_api → server。
 """
 
 from .ragged import check_prompts, greedy_batch, left_pad
-from .paged_cache import BlockManager, OutOfBlocksError, PagedKVCache
+from .block_manager import BlockManager, OutOfBlocksError
+from .paged_cache import PagedKVCache
 from .sampling import Sampling, pick_tokens
 from .engine import Engine, Request
 from .workload import WorkItem, make_workload, run_continuous, run_static, summarize

@@ -26,7 +26,8 @@ import torch
 
 from .._checks import check_suppress_ids, flag, positive_int
 from ..specials import PAD
-from .paged_cache import PagedKVCache, PagedLayer
+from .paged_cache import PagedKVCache
+from .paged_inputs import PagedLayer
 
 __all__ = ["PagedDecodeStep", "paged_forward", "prefill_width", "read_blocks"]
 
@@ -53,7 +54,7 @@ def paged_forward(model, stores_k: list[torch.Tensor], stores_v: list[torch.Tens
     c = model.config
     rope = model.rope_tables(positions) if c.positional == "rope" else None  # 各层共用的旋转表
     for block, k, v in zip(model.blocks, stores_k, stores_v):
-        x = block(x, mask, PagedLayer(k, v, None, write_slots, read_slots), rope)  # (B, T, d_model)
+        x = block(x, mask, PagedLayer(k, v, write_slots, read_slots), rope)  # (B, T, d_model)
     x = x[torch.arange(x.shape[0], device=x.device), last]  # (B, d_model)：只有最后一个真实词元要过输出层
     logits = model.lm_head(model.norm(x))  # (B, V)
     masked = logits.masked_fill(banned, float("-inf"))  # (B, V)

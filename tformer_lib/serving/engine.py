@@ -9,7 +9,7 @@
    按到达顺序接纳等待的请求，这一步为它们**预填充**（prefill）——整段提示过一遍模型，得到第一个新词元；
 2. 一次前向：运行中的序列各送一个新词元（解码 decode），新接纳的送整段提示（预填充），所有新词元首尾相接
    排成一行、不补齐（见 :meth:`~.paged_cache.PagedKVCache.packed_view`），所以解码与预填充同在一次前向里；
-3. 退出：生成了 EOS 或到达自己 ``max_new_tokens`` 的序列离开，块还给 :class:`~.paged_cache.BlockManager`。
+3. 退出：生成了 EOS 或到达自己 ``max_new_tokens`` 的序列离开，块还给 :class:`~.block_manager.BlockManager`。
 
 默认贪心解码，输出与逐条调用 ``generate(..., method="greedy")`` 逐词元相同（测试核对）；每个请求也可以带自己的
 :class:`~.sampling.Sampling`（温度、top-p、随机数生成器）改为采样。:meth:`Engine.cancel` 让请求提前离开
@@ -102,15 +102,11 @@ class Engine:
         token_budget = max_len + max_batch if token_budget is None else token_budget
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < max_len:
             raise ValueError(f"token_budget 应是不小于 max_len={max_len} 的整数（否则长提示永远进不来），收到 {token_budget!r}")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size 应为正整数，收到 {block_size!r}")
         check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
-        if num_blocks is None:
-            num_blocks = max_batch * -(-max_len // block_size)
         self.model, self.max_batch, self.token_budget = model, max_batch, token_budget
         self.eos_id, self.suppress_ids, self.min_prefill = eos_id, tuple(suppress_ids), min_prefill
         self.adapters = adapters
-        self.cache = PagedKVCache(model, num_blocks, block_size, prefix_caching)
+        self.cache = PagedKVCache(model, num_blocks, block_size, prefix_caching, sequences=max_batch)
         if decode_step not in DECODE_STEPS:
             raise ValueError(f"decode_step 应是 {DECODE_STEPS} 之一，收到 {decode_step!r}")
         self.decode_step = decode_step
@@ -250,7 +246,7 @@ class Engine:
         """
         seq_ids, lengths = [r.request_id for _, r, _ in work], [len(tokens) for _, _, tokens in work]
         if max(lengths) == 1:
-            cache, positions, mask = self.cache.view(seq_ids, lengths)
+            cache, positions, mask = self.cache.decode_view(seq_ids)
             batch = torch.tensor([tokens for _, _, tokens in work], device=positions.device)  # (B, 1)
             with self._routed(work, batch):
                 logits = self.model(batch, cache=cache, positions=positions, attn_mask=mask)[:, -1]  # (B, V)
