@@ -1,7 +1,7 @@
 """练习检查器：``check_x(读者的函数)`` 打印 ⏳ 尚未完成 / ✅ 通过 / ❌ + 提示，并返回结果对象。
 
 - 框架：:mod:`tformer_lib.exercises._core`（运行检查、随机情形）、:mod:`._compare`（比较读者的返回值）、
-  :mod:`._mistakes`（错误与已知错误写法）、:mod:`._sandbox`（运行时禁用库函数）；
+  :mod:`._mistakes`（错误与已知错误写法）、:mod:`._sandbox`（记下禁用库函数的调用、把读者的函数送进子进程）；
 - 每章的检查器在自己的 ``chNN.py``（第 1–17 章）；:mod:`.checks` 是第 2、6 章共用的两个经典检查器。
 
 第 1–8 章的笔记本从这里导入检查器（``from tformer_lib.exercises import check_x``），下面按章号依次列出；

@@ -34,8 +34,9 @@
    不一致时若恰好等于某个“已知错误写法”（:class:`Variant`）的输出，就用那个错误的提示；
 4. 读者返回的对象（模块、闭包）要再调用时，放在 ``with student_code():`` 里，它抛的异常才算读者的；
 5. 找错、实现之类“答案就在库里”的题，把那些库函数/类传给 ``run_checks(..., forbidden=…)``：靠直接调用答案通过的函数
-   得到 ❌（``mistake == "library_call"``），而不是 ✅；读者可能拐着弯拿到答案时（``getattr``、``sys.modules``、
-   经由别的库函数）再加 ``trace_forbidden=True``，运行时记下实际执行到的禁用代码；
+   得到 ❌（``mistake == "library_call"``，提示是 :data:`LIBRARY_CALL_HINT`），而不是 ✅；读者可能拐着弯拿到答案时
+   （``getattr``、``sys.modules``、经由别的库函数）再加 ``trace_forbidden=True``，运行时记下实际执行到的禁用代码；
+   读者的函数要在子进程里跑时用 :func:`run_in_workers`（结论的走向与本进程里相同，禁用的记录也从子进程带回）；
 6. 检查器运行时不改变全局随机状态（``run_checks`` 已经负责：torch、``random``、NumPy 的全局状态都原样恢复），
    并且每次运行结果相同（检查开始前固定 torch 的种子）。
 """
@@ -56,7 +57,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from tformer_lib.exercises._mistakes import Mistake, Variant
-from tformer_lib.exercises._sandbox import banned_codes, python_functions, watch_calls
+from tformer_lib.exercises._sandbox import banned_codes, python_functions, ship, unship, watch_calls
 
 PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"
 
@@ -135,10 +136,23 @@ def student_code() -> Iterator[None]:
 _NONE_HINT = ("函数返回了 None：是不是忘了写 return？把算出的结果 return 出来"
               "（如果你还没开始做，保留 raise NotImplementedError 即可）")
 
+#: 读者的函数用到了本题禁用的库对象时的提示（``{names}``：那些对象的全名）
+LIBRARY_CALL_HINT = ("你的函数用到了库里的 {names}——这道题要你自己写出它做的事（那个库函数就是答案），"
+                     "不论直接调用还是拐个弯（经由别的库函数、getattr）用到它都不算。自己重写一遍，再运行本单元")
+
+
+def _exception_hint(name: str, text: str, where: str = "") -> str:
+    """读者的函数（``where``：在哪个进程里）抛出了 ``name: text`` 时的提示。"""
+    hint = f"你的函数{where}抛出了 {name}：{text}"
+    if name == "RuntimeError" and "view" in text and "contiguous" in text:
+        hint += "。transpose 之后的张量在内存里不连续：先 .contiguous() 再 .view，或者直接用 .reshape"
+    return hint
+
 
 def _guard(fn: Callable[..., Any], watch: Sequence[Any] = (), record: list[str] | None = None) -> Callable[..., Any]:
     """包装读者的函数：桩 → _Pending；返回 None → Mistake("returned_none")；抛出的异常带上“读者的”标记。
-    ``watch`` 非空时，每次调用期间把执行到的禁用对象记进 ``record``（:func:`~tformer_lib.exercises._sandbox.watch_calls`）。"""
+    ``watch`` 非空时，每次调用期间把执行到的禁用对象记进 ``record``（:func:`~tformer_lib.exercises._sandbox.watch_calls`）；
+    :func:`run_in_workers` 从 ``wrapped._tformer_reader`` 取回这三样，在子进程里照样包装。"""
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         with student_code(), (watch_calls(watch, record) if watch else contextlib.nullcontext()):
@@ -149,6 +163,7 @@ def _guard(fn: Callable[..., Any], watch: Sequence[Any] = (), record: list[str] 
 
     wrapped.__name__ = getattr(fn, "__name__", "fn")
     wrapped.__wrapped__ = fn  # 检查器要读读者的代码时用它（inspect.unwrap）
+    wrapped._tformer_reader = (fn, tuple(watch), record if record is not None else [])
     return wrapped
 
 
@@ -188,7 +203,7 @@ def library_calls(fn: Callable[..., Any], forbidden: Sequence[Any]) -> list[str]
     函数体里的 ``from … import``），就算“直接调用了库”。默认参数（``_w=moe.within_capacity``）与闭包里的值也看；
     用禁用函数的 ``__code__`` 造出的副本（``types.FunctionType(f.__code__, …)``，或那个代码对象本身）也算。
     交上来的是可调用对象或类时，看它的类里定义的方法（``__call__`` 等）和它自己的属性。
-    返回这些对象的全名（``模块.名字``），没有就是空列表。运行时的检查见 ``run_checks(..., trace_forbidden=True)``。
+    返回这些对象的全名（``模块.名字``），没有就是空列表。运行时的记录见 ``run_checks(..., trace_forbidden=True)``。
     """
     targets = {id(obj): obj for obj in forbidden}
     names = {getattr(obj, "__name__", None): obj for obj in forbidden}
@@ -295,11 +310,11 @@ def run_checks(
     - 检查器自己的代码出错 → “⚠️ 检查器出错”（``status == "error"``），提示里说明这不一定是读者的错。
 
     - ``forbidden``：本题要读者自己写出来的库函数或类（例如找错题的正确版本就是库里的某个函数）；
-      读者的函数全部检查都通过、但直接调用了其中之一（:func:`library_calls`）→ “❌”（``mistake == "library_call"``）。
-      桩仍然是 ⏳，写错的仍按写错报告——只有“靠调用答案通过”才被拦下。
-    - ``trace_forbidden=True``：除了静态地看代码，还在读者的函数每次运行期间记下它实际执行到的禁用对象
-      （:func:`~tformer_lib.exercises._sandbox.watch_calls`：不论经由别名、``getattr``、默认参数、可调用对象、
-      代码副本还是另一个库函数）。只记不拦，结论同上：全部通过而用到了 → ❌ ``library_call``。
+      读者的函数全部检查都通过、但直接调用了其中之一（:func:`library_calls`）→ “❌”（``mistake == "library_call"``，
+      提示 :data:`LIBRARY_CALL_HINT`）。桩仍然是 ⏳，写错的仍按写错报告。
+    - ``trace_forbidden=True``：除了静态地看代码，还在读者的函数每次运行期间（子进程里也是，见 :func:`run_in_workers`）
+      记下它实际执行到的禁用对象（:func:`~tformer_lib.exercises._sandbox.watch_calls`：不论经由别名、``getattr``、
+      默认参数、可调用对象、代码副本还是另一个库函数）。只记不拦，结论同上：全部通过而用到了 → ❌ ``library_call``。
 
     任何情况下都不抛异常（``fn`` 不是函数时也只打印 ❌）。
     """
@@ -325,10 +340,7 @@ def run_checks(
         except (Exception, SystemExit) as exc:  # 任何错误都转成结论，不让笔记本中断
             text = str(exc).strip().rstrip("。. ")
             if raised_by_student(exc):
-                hint = f"你的函数抛出了 {type(exc).__name__}：{text}"
-                if isinstance(exc, RuntimeError) and "view" in text and "contiguous" in text:
-                    hint += "。transpose 之后的张量在内存里不连续：先 .contiguous() 再 .view，或者直接用 .reshape"
-                result = _failed(title, desc, hint, "exception", done)
+                result = _failed(title, desc, _exception_hint(type(exc).__name__, text), "exception", done)
             else:
                 hint = (f"检查器在处理你的返回值时自己出错了（{type(exc).__name__}：{text}）。"
                         "先对照题目确认返回值的类型和形状；如果都没问题，这是检查器的毛病，不是你的")
@@ -337,24 +349,106 @@ def run_checks(
         if result is not None:
             break
         done.append(desc)
-    used = library_calls(fn, forbidden) if result is None and forbidden else []
-    if result is None and traced and not used:  # 代码里看不出、运行时却执行到了：经由别的库函数或拐弯的引用
-        shown = "、".join(f"`{u}`" for u in traced)
-        hint = (f"结果是对的，但你的函数运行时用到了库里的 {shown}（经由别的库函数，或者拐了个弯拿到它）——"
-                "这道题要你自己写出它做的事（那个库函数就是答案）。只用 torch 的基本运算重写一遍，再运行本单元")
-        result = _failed(title, "没有直接调用本章给出的库实现", hint, "library_call", done)
-    used = list(dict.fromkeys(used + traced)) if used else []
-    if used:
-        shown = "、".join(f"`{u}`" for u in used)
-        hint = (f"结果是对的，但你的函数直接调用了库里的 {shown}——这道题要你自己写出它做的事"
-                "（那个库函数就是答案）。只用 torch 的基本运算重写一遍，再运行本单元")
-        result = _failed(title, "没有直接调用本章给出的库实现", hint, "library_call", done)
+    # 全部通过、却用到了禁用的库对象（代码里看得到的，或运行时执行到的）→ ❌ library_call；写错的仍按写错报告
+    if result is None and forbidden:
+        used = list(dict.fromkeys(library_calls(fn, forbidden) + traced))
+        if used:
+            hint = LIBRARY_CALL_HINT.format(names="、".join(f"`{u}`" for u in used))
+            result = _failed(title, "没有用到本题禁用的库实现", hint, "library_call", done)
     if result is None:
         # 每项检查的说明写着它试了哪些情形、多少组（“8 个随机向量……”），通过时照列出来，不只说“1 项检查”
         result = CheckResult(title, PASSED, f"✅ 通过：{title}——{'；'.join(done)}", checks_passed=done)
     if verbose:
         print(result.message)
     return result
+
+
+# ---------------------------------------------------------------- 在子进程里运行读者的函数
+
+#: 对方进程已经退出时集合通信报的错（gloo 的措辞）：是别的进程出错的结果，不是这个进程的错
+_COMM_FAILURE_MARKS = ("Connection closed", "Connection reset", "gloo")
+
+
+def _reader_worker(rank: int, world_size: int, shipped: tuple, watch: tuple, body: Callable[..., Any],
+                   args: tuple) -> dict:
+    """子进程里：还原读者的函数，按 :func:`_guard` 包装（禁用对象的记录也照装），跑 ``body``；把结局报回父进程。"""
+    traced: list[str] = []
+    try:
+        fn = unship(shipped)
+    except Exception as exc:  # noqa: BLE001 — 送不过去是检查器的问题
+        return {"status": "ship_error", "text": f"{type(exc).__name__}: {exc}", "traced": traced}
+    try:
+        return {"status": PASSED, "value": body(rank, world_size, _guard(fn, watch, traced), *args), "traced": traced}
+    except _Pending:
+        return {"status": PENDING, "traced": traced}
+    except Mistake as exc:  # 返回了 None，或 body 自己认出的错
+        return {"status": FAILED, "hint": exc.hint, "key": exc.key, "traced": traced}
+    except (Exception, SystemExit) as exc:
+        if not raised_by_student(exc):
+            raise  # 检查器自己的错：launch 报回父进程
+        return {"status": "exception", "type": type(exc).__name__, "text": str(exc).strip().rstrip("。. "),
+                "traced": traced}
+
+
+def _comm_failure(report: dict) -> bool:
+    text = report.get("text", "") if report["status"] == "exception" else ""
+    return any(mark.lower() in text.lower() for mark in _COMM_FAILURE_MARKS)
+
+
+def run_in_workers(f: Callable[..., Any], body: Callable[..., Any], world_size: int, args: tuple = (), *,
+                   probe: tuple | None = None, timeout: float = 90.0) -> list[Any]:
+    """在 ``world_size`` 个进程（gloo，:func:`~tformer_lib.parallel.launch.launch`）里运行读者的函数，按 rank 返回
+    每个进程里 ``body(rank, world_size, call, *args)`` 的返回值。结论的走向与本进程里调用 ``f`` 完全一样。
+
+    - ``f``：检查函数收到的（:func:`run_checks` 包装过的）读者函数；原函数经
+      :func:`~tformer_lib.exercises._sandbox.ship` 送进子进程，在那里照 :func:`_guard` 包装成 ``call``；
+    - ``body``：顶层函数（``spawn`` 要能按名字导入它），在每个进程里准备输入、用 ``call(...)`` 调用读者的函数，
+      返回要交回父进程比较的东西（经 ``torch.save``，可以含张量）；
+    - ``probe``：给了就先在本进程里试调一次 ``f(*probe)``：桩 → ⏳、忘了 return → ❌，都不必起进程；
+      读者的函数因为本进程没有进程组而抛的异常是预料之中的，忽略。
+
+    任一进程里读者的函数是桩 → ⏳；返回 None → ❌ ``returned_none``；抛出异常 → ❌ ``exception``（点名 rank；
+    一个进程出错后别的进程的集合通信会报“Connection closed”，先报真正出错的那个，只有这种通信错误 → ❌
+    ``collective_mismatch``）；没在 ``timeout`` 秒内全部完成 → ❌ ``timeout``。``run_checks(..., trace_forbidden=True)``
+    时子进程里执行到的禁用对象也记下、带回父进程，由 ``run_checks`` 一起判 ❌ ``library_call``。
+    """
+    from tformer_lib.parallel.launch import DistributedError, launch
+
+    if probe is not None:
+        try:
+            f(*probe)
+        except Exception as exc:
+            if not (raised_by_student(exc) and ("process group" in str(exc) or "init_process_group" in str(exc))):
+                raise
+    fn, watch, record = getattr(f, "_tformer_reader", (f, (), []))
+    try:
+        reports = launch(_reader_worker, world_size, (ship(fn), watch, body, tuple(args)), timeout=timeout)
+    except DistributedError as exc:
+        if "timeout" in str(exc):
+            raise Mistake(f"{world_size} 个进程没有在 {timeout:g} 秒内全部完成：是不是只有部分进程调用了集合通信"
+                          "（如 all_reduce），或者各进程调用的次数、张量形状不一样？集合通信要每个进程都参加",
+                          key="timeout") from None
+        raise RuntimeError(f"子进程出错：{str(exc).splitlines()[0]}") from None
+    for report in reports:
+        record.extend(name for name in report["traced"] if name not in record)
+    comm_failures = []
+    for rank in sorted(range(world_size), key=lambda r: _comm_failure(reports[r])):  # 先报真正的错
+        report = reports[rank]
+        if report["status"] == "ship_error":
+            raise RuntimeError(f"没能把你的函数送进子进程（{report['text']}）")
+        if report["status"] == PENDING:
+            raise _Pending()
+        if report["status"] == FAILED:
+            raise Mistake(report["hint"], key=report["key"])
+        if report["status"] == "exception":
+            if not _comm_failure(report):
+                raise Mistake(_exception_hint(report["type"], report["text"], f"在 rank {rank} 上"), key="exception")
+            comm_failures.append(rank)
+    if comm_failures:
+        raise Mistake(f"rank {comm_failures[0]} 上的集合通信失败了：别的进程已经结束、不再参加。是不是只有部分进程调用了"
+                      "集合通信（如 all_reduce），或者各进程调用的次数不一样？集合通信要每个进程都参加、顺序相同",
+                      key="collective_mismatch")
+    return [report["value"] for report in reports]
 
 
 # ---------------------------------------------------------------- 随机情形
@@ -441,7 +535,8 @@ from tformer_lib.exercises._compare import (  # noqa: E402
 )
 
 __all__ = [
-    "CheckResult", "Mistake", "Variant", "run_checks", "student_code", "raised_by_student",
+    "CheckResult", "Mistake", "Variant", "run_checks", "run_in_workers", "student_code", "raised_by_student",
+    "LIBRARY_CALL_HINT",
     "as_bool", "as_int", "as_number", "as_tensor", "code_objects", "compare", "compare_number", "expect_dtype", "expect_shape",
     "generator", "random_cases", "draw_int", "draw_choice", "randn", "is_close_number", "TorchCalls",
     "PENDING", "PASSED", "FAILED", "ERROR",

@@ -1,9 +1,8 @@
 """检查器的几个机关：
 
-- :func:`forbid`（第 12 章用）：在读者的函数运行期间“禁用”库里直接给出答案的函数（调用它就抛出带标记的 RuntimeError，
-  检查器把它变成“❌ 这道题要你自己推导”）；
-- :func:`watch_calls`：在读者的函数运行期间**记下**它（经任何途径）调用了哪些禁用的库函数——不拦、不改结果，
-  ``run_checks(..., trace_forbidden=True)`` 据此在全部通过时判 ❌ ``library_call``；
+- :func:`watch_calls`：在读者的函数运行期间**记下**它（经任何途径）执行到了哪些禁用的库函数——不拦、不改结果，
+  ``run_checks(..., trace_forbidden=True)`` 据此判 ❌ ``library_call``；子进程里也一样装上
+  （:func:`~tformer_lib.exercises._core.run_in_workers`），记下的名字交回父进程一起判；
 - :func:`ship` / :func:`unship`：把读者的函数送进 ``spawn`` 出的子进程。笔记本里定义的函数属于 ``__main__``，
   子进程里按名字导入不到，所以送它的字节码（``marshal``，父子进程是同一个 Python）、默认值、闭包，以及它用到的
   全局名字（模块按名字、函数递归地送、其余能 pickle 的按值）。
@@ -20,31 +19,6 @@ import sys
 import types
 from collections.abc import Iterable, Iterator
 from typing import Any
-
-_FORBIDDEN = "tformer:forbidden-library-call:"
-
-
-def _blocked(*args, **kwargs):
-    raise RuntimeError("tformer:forbidden-library-call:NAME")
-
-
-@contextlib.contextmanager
-def forbid(*functions) -> Iterator[None]:
-    """在这段代码里，``functions`` 里的每个函数（不论读者用什么名字引用它）一调用就抛出带标记的 RuntimeError。
-
-    做法是临时换掉函数对象的 ``__code__``：``from … import f`` 得到的别名指向同一个函数对象，也一样被禁用。
-    """
-    saved = [(f, f.__code__) for f in functions]
-    try:
-        for f in functions:
-            consts = tuple(_FORBIDDEN + f.__name__ if c == _FORBIDDEN + "NAME" else c
-                           for c in _blocked.__code__.co_consts)
-            f.__code__ = _blocked.__code__.replace(co_consts=consts, co_name=f.__name__)
-        yield
-    finally:
-        for f, code in saved:
-            f.__code__ = code
-
 
 def _label(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', getattr(obj, '__name__', repr(obj)))}"
@@ -113,12 +87,6 @@ def watch_calls(functions: Iterable[Any], record: list[str]) -> Iterator[None]:
         yield
     finally:
         sys.setprofile(None)
-
-
-def forbidden_name(exc: BaseException) -> str | None:
-    """``exc`` 是 :func:`forbid` 禁用的函数抛出的吗？是就返回那个函数的名字，否则 None。"""
-    text = str(exc)
-    return text[len(_FORBIDDEN):] if isinstance(exc, RuntimeError) and text.startswith(_FORBIDDEN) else None
 
 
 def ship(obj: Any, depth: int = 0) -> tuple:

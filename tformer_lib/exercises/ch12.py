@@ -10,7 +10,8 @@
 
 每个检查器都在多组随机情形上调用读者的函数（写死的答案过不了）；库里直接给出答案的函数（例如
 :func:`~tformer_lib.parallel.comm.ring_all_reduce_bytes`、:func:`~tformer_lib.parallel.pipeline.bubble_fraction`）
-在读者的函数运行期间被“禁用”：调用它们得到“❌ 这道题要你自己推导”。桩（stub）→ “⏳ 尚未完成”，不抛异常。
+是禁用的（``run_checks(..., forbidden=…, trace_forbidden=True)``，子进程里也记）：读者的函数用到它们得到
+“❌ library_call”。桩（stub）→ “⏳ 尚未完成”，不抛异常。
 """
 
 from __future__ import annotations
@@ -30,12 +31,10 @@ from tformer_lib.exercises._core import (
     compare_number,
     draw_choice,
     draw_int,
-    raised_by_student,
     random_cases,
     run_checks,
-    student_code,
+    run_in_workers,
 )
-from tformer_lib.exercises._sandbox import forbid, forbidden_name, ship, unship
 
 __all__ = [
     "check_ring_allreduce_bytes",
@@ -44,23 +43,6 @@ __all__ = [
     "check_bubble_fraction",
     "check_peak_in_flight",
 ]
-
-
-def _library_mistake(name: str) -> Mistake:
-    return Mistake(f"这道题要你自己推导：不要调用库里的 {name}（检查期间它被禁用了）。"
-                   "用本章推出的公式写出你的答案", key="library_call")
-
-
-def _call(f: Callable[..., Any], functions, *args):
-    """在禁用 ``functions`` 的情况下调用（已包装的）读者函数；读者调用了被禁用的函数 → ❌ library_call。"""
-    try:
-        with forbid(*functions):
-            return f(*args)
-    except RuntimeError as exc:
-        name = forbidden_name(exc)
-        if name is not None:
-            raise _library_mistake(name) from None
-        raise
 
 
 # ---- 推导并核对：环形 all-reduce 每个进程发出的字节 ------------------------------------------------------
@@ -96,7 +78,7 @@ def check_ring_allreduce_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
     ``element_bytes`` 字节）的张量做环形 all-reduce，每个进程一共**发出**多少字节。
 
     与逐轮模拟的环（:func:`_simulate_ring`，真的切块、传递、求和）数出来的字节比较；n_elements 取 p 的倍数。
-    检查期间库里的 ``ring_all_reduce_bytes`` 被禁用。
+    库里的 ``ring_all_reduce_bytes`` 禁用。
     """
     from tformer_lib.parallel.comm import ring_all_reduce_bytes
 
@@ -112,7 +94,7 @@ def check_ring_allreduce_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
             n = small if i % 2 == 0 else p * draw_int(g, 10_000, 2_000_000)  # 大的 n：按每个元素的字节数放大
             want = sent[0] / small * n
             call = f"ring_allreduce_bytes(n_elements={n}, world_size={p}, element_bytes={b})"
-            compare_number(_call(f, (ring_all_reduce_bytes,), n, p, b), want, what=f"{call} 的返回值", variants=[
+            compare_number(f(n, p, b), want, what=f"{call} 的返回值", variants=[
                 Variant("one_pass", "只算了一趟：环形 all-reduce 先 reduce-scatter、再 all-gather，两趟各 p−1 轮",
                         (p - 1) / p * n * b),
                 Variant("whole_tensor", "每一轮只发 1/p 块，而不是整个张量", 2 * (p - 1) * n * b),
@@ -124,7 +106,7 @@ def check_ring_allreduce_bytes(fn: Callable[..., Any], *, verbose: bool = True) 
 
     return run_checks("环形 all-reduce 每个进程发出的字节", fn,
                       [("10 组随机的 n、p（含 p=1）与元素字节数，对照逐轮模拟", cases)], verbose=verbose,
-                      forbidden=(ring_all_reduce_bytes,))
+                      forbidden=(ring_all_reduce_bytes,), trace_forbidden=True)
 
 
 # ---- 找错：梯度同步只求和、没有平均 ----------------------------------------------------------------------
@@ -167,41 +149,16 @@ def _grads(model: nn.Module) -> dict[str, torch.Tensor | None]:
     return {k: (None if p.grad is None else p.grad.detach().clone()) for k, p in model.named_parameters()}
 
 
-def _allreduce_worker(rank: int, world_size: int, shipped: tuple, cases: list[tuple[int, int]]) -> dict:
-    """子进程里：对每组情形算出本进程那一份数据的梯度，调用读者的函数，交回同步后的梯度（和同步前的，用来认错）。"""
-    from tformer_lib.parallel import data_parallel
-
-    try:
-        fn = unship(shipped)
-    except Exception as exc:  # noqa: BLE001 — 送不过去是检查器的问题
-        return {"status": "ship_error", "text": f"{type(exc).__name__}: {exc}"}
+def _allreduce_worker(rank: int, world_size: int, call: Callable[..., Any], cases: list[tuple[int, int]]) -> list[dict]:
+    """子进程里（:func:`~tformer_lib.exercises._core.run_in_workers` 的 ``body``）：对每组情形算出本进程那一份数据的
+    梯度，用 ``call`` 调用读者的函数，交回同步后的梯度（和同步前的，用来认错）。"""
     out = []
     for seed, per_rank in cases:
         model = _grad_case(seed, per_rank, rank, world_size)
         local = _grads(model)
-        try:
-            with forbid(data_parallel.allreduce_gradients):
-                returned = fn(model)
-        except NotImplementedError:
-            return {"status": "pending"}
-        except Exception as exc:  # noqa: BLE001 — 读者函数的异常原样报回
-            return {"status": "exception", "type": type(exc).__name__, "text": str(exc).strip(),
-                    "forbidden": forbidden_name(exc)}
-        if returned is None:
-            return {"status": "none"}
+        call(model)
         out.append({"local": local, "synced": _grads(model)})
-    return {"status": "ok", "cases": out}
-
-
-def _is_comm_failure(res: dict) -> bool:
-    """子进程报回的异常是不是“对方已经断开”一类的通信错误（而不是读者代码本身的错）。"""
-    text = res.get("text", "") if res.get("status") == "exception" else ""
-    return "Connection closed" in text or "Connection reset" in text or "gloo" in text.lower()
-
-
-def _needs_process_group(exc: BaseException) -> bool:
-    text = str(exc)
-    return "process group" in text or "init_process_group" in text
+    return out
 
 
 def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, timeout: float = 90.0) -> CheckResult:
@@ -210,50 +167,20 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
     真的起进程（gloo，:func:`~tformer_lib.parallel.launch.launch`），2 个与 3 个各一次：每个进程用同一个小模型、
     整批数据里自己的那一份算出梯度，调用 ``fn(model)``，再与一个进程用整批算出的梯度比较（每次 4 组随机的模型与
     批大小）；进程数写死在代码里的答案过不了。读者的函数先在本进程里试调一次：还是桩时立刻 ⏳，不起进程。
-    检查期间库里的 ``allreduce_gradients`` 被禁用。
+    库里的 ``allreduce_gradients`` 禁用（子进程里也记下执行到的禁用代码）。
     """
     from tformer_lib.parallel.data_parallel import allreduce_gradients
-    from tformer_lib.parallel.launch import DistributedError, launch
 
     cases_ = [(1201 + k, 1 + k % 3) for k in range(4)]
 
-    def run_world(world: int):
-        try:
-            results = launch(_allreduce_worker, world, (ship(fn), cases_), timeout=timeout)
-        except DistributedError as exc:
-            if "timeout" in str(exc):
-                raise Mistake(f"{world} 个进程没有在 {timeout:g} 秒内全部完成：是不是只有部分进程调用了 all_reduce，"
-                              "或者各进程调用的次数、张量形状不一样？集合通信要每个进程都参加", key="timeout") from None
-            raise RuntimeError(f"起进程失败：{str(exc).splitlines()[0]}") from None
-        comm_failures = []
-        # 一个进程出错退出后，别的进程的集合通信会报“Connection closed”：先报真正的那个错
-        order = sorted(range(len(results)), key=lambda r: _is_comm_failure(results[r]))
-        for rank in order:
-            res = results[rank]
-            status = res["status"]
-            if status == "ship_error":
-                raise RuntimeError(f"没能把你的函数送进子进程（{res['text']}）")
-            if status == "pending":
-                with student_code():
-                    raise NotImplementedError
-            if status == "none":
-                raise Mistake("函数返回了 None：是不是忘了写 return？把 model return 出来"
-                              "（如果你还没开始做，保留 raise NotImplementedError 即可）", key="returned_none")
-            if status == "exception":
-                if res["forbidden"]:
-                    raise _library_mistake(res["forbidden"])
-                if _is_comm_failure(res):
-                    comm_failures.append(rank)
-                    continue
-                raise Mistake(f"你的函数在 rank {rank} 上抛出了 {res['type']}：{res['text']}", key="exception")
-        if comm_failures:
-            raise Mistake(f"rank {comm_failures[0]} 上的集合通信失败了：别的进程已经结束、不再参加。是不是只有部分进程调用了 "
-                          "all_reduce，或者各进程调用的次数不一样？集合通信要每个进程都参加、顺序相同", key="collective_mismatch")
+    def check_world(f, world: int):
+        # results[rank][k]：第 k 组情形在 rank 上同步前后的梯度；桩、异常、集合通信不齐等由 run_in_workers 报告
+        results = run_in_workers(f, _allreduce_worker, world, (cases_,), probe=(_grad_case(0, 2, -1, 1),), timeout=timeout)
         for k, (seed, per_rank) in enumerate(cases_):
             want = _grads(_grad_case(seed, per_rank, -1, world))  # 一个进程、整批
             for name, ref in want.items():
-                got = [res["cases"][k]["synced"][name] for res in results]
-                local = [res["cases"][k]["local"][name] for res in results]
+                got = [res[k]["synced"][name] for res in results]
+                local = [res[k]["local"][name] for res in results]
                 if ref is None:
                     continue
                 where = f"{world} 个进程、第 {k + 1} 组（每个进程 {per_rank} 个样本）参数 {name} 的梯度"
@@ -277,17 +204,12 @@ def check_allreduce_gradients(fn: Callable[..., Any], *, verbose: bool = True, t
                 raise Mistake(f"{where}与一个进程用整批算出的不一致", key="values")
 
     def synced(f):
-        try:  # 本进程里试调：桩 → ⏳、忘了 return → ❌，都不必起进程；没有进程组的报错是预料之中的
-            f(_grad_case(0, 2, -1, 1))
-        except Exception as exc:
-            if not (raised_by_student(exc) and _needs_process_group(exc)):
-                raise
         for world in _WORLDS:
-            run_world(world)
+            check_world(f, world)
 
     return run_checks("手写梯度同步（取平均）", fn,
                       [(f"{' 与 '.join(map(str, _WORLDS))} 个进程各一次、每次 4 组随机的模型与批大小，对照单进程整批", synced)],
-                      verbose=verbose, forbidden=(allreduce_gradients,))
+                      verbose=verbose, forbidden=(allreduce_gradients,), trace_forbidden=True)
 
 
 # ---- 预测再验证：流水线的气泡 ---------------------------------------------------------------------------
@@ -342,7 +264,7 @@ def check_bubble_fraction(fn: Callable[..., Any], *, verbose: bool = True) -> Ch
                             1 - m / (p - 1 + m * c)),
                     Variant("limit", "这是 m 很大时的极限；m 有限时开头和末尾还要各等一段", (p - 1) * (c - 1) / (p * c)),
                 ]
-            compare_number(_call(f, banned, p, m, c), want, what=f"{call} 的返回值", rtol=1e-6, atol=1e-9,
+            compare_number(f(p, m, c), want, what=f"{call} 的返回值", rtol=1e-6, atol=1e-9,
                            variants=variants,
                            default_hint=f"{call}：{kind} 理想时间线（反向耗时 {t_b:g}×前向）上量出的空闲比例是 {want:.4f}")
 
@@ -358,8 +280,8 @@ def check_peak_in_flight(fn: Callable[..., Any], *, verbose: bool = True) -> Che
     """检查 ``fn(schedule, stages, micro_batches, stage) -> int``：调度 ``schedule``（``"gpipe"`` 或 ``"1f1b"``）下，
     第 ``stage`` 段同时“在飞”（前向做了、反向还没做完，激活得存着）的微批最多几个。
 
-    与理想时间线（:func:`~tformer_lib.parallel.schedule.ideal_schedule`）上数出来的比较；检查期间库里的
-    ``peak_in_flight`` 被禁用。
+    与理想时间线（:func:`~tformer_lib.parallel.schedule.ideal_schedule`）上数出来的比较；库里的
+    ``peak_in_flight`` 禁用。
     """
     from tformer_lib.parallel import schedule as sch
 
@@ -381,7 +303,7 @@ def check_peak_in_flight(fn: Callable[..., Any], *, verbose: bool = True) -> Che
                 m = 1 if i == 19 else draw_int(g, 3, 24)
             want = sch.peak_in_flight(sch.ideal_schedule(kind, p, m))[s]
             call = f"peak_in_flight(schedule={kind!r}, stages={p}, micro_batches={m}, stage={s})"
-            got = as_int(_call(f, (sch.peak_in_flight,), kind, p, m, s), f"{call} 的返回值")
+            got = as_int(f(kind, p, m, s), f"{call} 的返回值")
             if got == want:
                 continue
             if kind == "gpipe":
@@ -398,4 +320,4 @@ def check_peak_in_flight(fn: Callable[..., Any], *, verbose: bool = True) -> Che
 
     return run_checks("流水线每段最多存几份激活", fn,
                       [("20 组随机的调度、p、m 与段号（含 p=1、p=2、最后一段、m=1），对照理想时间线", cases)],
-                      verbose=verbose, forbidden=(sch.peak_in_flight,))
+                      verbose=verbose, forbidden=(sch.peak_in_flight,), trace_forbidden=True)
