@@ -189,6 +189,12 @@ def test_kernel_error_table_covers_every_kernel_within_float32_rounding():
     assert rows[0]["max_abs_error"] == 0  # 加法是逐元素的一次舍入，与 PyTorch 完全相同
 
 
+def test_kernel_error_table_takes_a_device_and_draws_the_same_inputs_there():
+    # 没有 GPU 时默认就是 CPU；显式给 device="cpu" 得到逐位相同的表（输入总在 CPU 上按种子生成再搬过去）
+    assert kernel_error_table(seed=3, device="cpu") == kernel_error_table(seed=3)
+    assert kernel_error_table(seed=3) != kernel_error_table(seed=4)
+
+
 def test_half_precision_inputs_accumulate_in_float32():
     q, k, v = (torch.randn(1, 1, 21, 8) for _ in range(3))
     out = flash_attention(q.half(), k.half(), v.half(), causal=True, block_m=16, block_n=16)

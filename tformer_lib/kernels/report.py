@@ -1,10 +1,14 @@
 """误差表（kernel error table）：每个内核在固定种子、尺寸不是块大小倍数的随机输入上，与 PyTorch 的最大绝对误差。
 
-第 15 章与全书的结尾用它列出“内核 / 形状 / 块大小 / 与 PyTorch 的最大绝对误差”。误差在 float32 的舍入量级
-（1e-7 ~ 1e-6），具体数值随累加顺序与 CPU 指令集略有不同，显示时宜按数量级取整。
+第 15 章与全书的结尾用它列出“内核 / 形状 / 块大小 / 与 PyTorch 的最大绝对误差”。在 CPU 的解释器里误差在
+float32 的舍入量级（1e-7 ~ 1e-6），具体数值随累加顺序与 CPU 指令集略有不同，显示时宜按数量级取整。
+在 GPU 上，float32 的 ``tl.dot`` 默认走 TF32 张量核（尾数只有 10 位），用到它的内核（分块矩阵乘、两种注意力）
+误差约为结果大小的 1e-3。
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
@@ -24,14 +28,21 @@ def _row(kernel: str, shape: str, blocks: str, reference: str, out: torch.Tensor
             "max_abs_error": float((out - expected).abs().max()), "max_abs_reference": float(expected.abs().max())}
 
 
-def kernel_error_table(seed: int = 0) -> list[dict]:
+def kernel_error_table(seed: int = 0, device: str | torch.device | None = None) -> list[dict]:
     """按书中的顺序跑一遍五个内核（外加朴素注意力），返回每行
     ``{"kernel", "shape", "blocks", "reference", "max_abs_error", "max_abs_reference"}`` 的列表
-    （后者是参照结果的最大绝对值，用来判断误差相对于数值本身有多大）。"""
+    （后者是参照结果的最大绝对值，用来判断误差相对于数值本身有多大）。
+
+    ``device``：输入放在哪里；``None`` 时内核在解释器里跑（``TRITON_INTERPRET=1``，没有 GPU 时的默认）就用 CPU，
+    否则用 ``"cuda"``。随机输入总在 CPU 上按 ``seed`` 生成再搬过去，所以两种设备上的输入逐位相同。
+    """
+    if device is None:
+        interpreted = os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available()
+        device = "cpu" if interpreted else "cuda"
     gen = torch.Generator().manual_seed(seed)
 
     def randn(*shape):
-        return torch.randn(*shape, generator=gen)
+        return torch.randn(*shape, generator=gen).to(device)
 
     rows = []
     x, y = randn(1000), randn(1000)
@@ -49,13 +60,13 @@ def kernel_error_table(seed: int = 0) -> list[dict]:
     rows.append(_row("flash_attention", "B=2, h=1, T=37, d=20, 因果", "BLOCK_M=BLOCK_N=16",
                      "F.scaled_dot_product_attention", flash_attention(q, k, v, causal=True, block_m=16, block_n=16),
                      sdpa))
-    lengths = torch.tensor([37, 11])
+    lengths = torch.tensor([37, 11], device=device)
     rows.append(_row("flash_attention", "B=2, h=1, T=37, d=20, 因果 + 键长 [37, 11]", "BLOCK_M=BLOCK_N=16",
                      "F.scaled_dot_product_attention + 布尔掩码",
                      flash_attention(q, k, v, causal=True, key_lengths=lengths, block_m=16, block_n=16),
                      attention_reference(q, k, v, causal=True, key_lengths=lengths)))
     q1, kc, vc = randn(3, 1, 20), randn(3, 1, 45, 20), randn(3, 1, 45, 20)
-    cache = torch.tensor([45, 17, 1])
+    cache = torch.tensor([45, 17, 1], device=device)
     rows.append(_row("flash_decoding", "B=3, h=1, T_max=45, d=20, 缓存长 [45, 17, 1]", "split=16, BLOCK_N=8",
                      "F.scaled_dot_product_attention + 布尔掩码",
                      flash_decoding(q1, kc, vc, cache, split_size=16, block_n=8), decoding_reference(q1, kc, vc, cache)))
