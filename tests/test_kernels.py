@@ -193,6 +193,12 @@ def test_kernel_error_table_takes_a_device_and_draws_the_same_inputs_there():
     # 没有 GPU 时默认就是 CPU；显式给 device="cpu" 得到逐位相同的表（输入总在 CPU 上按种子生成再搬过去）
     assert kernel_error_table(seed=3, device="cpu") == kernel_error_table(seed=3)
     assert kernel_error_table(seed=3) != kernel_error_table(seed=4)
+    bad_devices = [(True, TypeError), (1.5, TypeError), ("gpu", ValueError), ("meta", ValueError), ("cpu:5", ValueError)]
+    if not torch.cuda.is_available():
+        bad_devices.append(("cuda", ValueError))  # 没有 GPU 时要 cuda：说清楚，而不是 torch 的断言
+    for bad, error in bad_devices:
+        with pytest.raises(error, match="device"):
+            kernel_error_table(device=bad)
 
 
 def test_half_precision_inputs_accumulate_in_float32():

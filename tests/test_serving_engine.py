@@ -358,3 +358,36 @@ def test_cancel_frees_blocks_and_leaves_the_others_exact():
         engine.cancel("a")
     with pytest.raises(ValueError, match="不在这个引擎里"):
         Engine(model).cancel(engine.add_request([5], 3))
+
+
+def test_block_manager_registers_only_the_allocated_prompt_and_reads_tensor_prompts():
+    manager = BlockManager(num_blocks=16, block_size=4)
+    prompt = list(range(100, 109))
+    manager.allocate(1, torch.tensor(prompt))  # 一维整数张量与列表是同一个提示
+    with pytest.raises(ValueError, match="prompt"):  # 另一段提示（或更长的）不能登记成这些块的内容
+        manager.register_prefix(1, list(range(100, 120)))
+    with pytest.raises(KeyError, match="seq_id"):
+        manager.register_prefix(42, prompt)
+    assert manager.prefix_blocks == []  # 出错的登记什么也没留下
+    manager.register_prefix(1, prompt)
+    assert manager.allocate(2, prompt + [7]) == 8  # 两个满块被共用
+    for bad in ([1.5, 2.0], [True, 3], torch.tensor([1.0, 2.0]), "abc", []):
+        with pytest.raises(ValueError, match="prompt"):
+            manager.allocate(3, bad)
+    with pytest.raises(KeyError, match="seq_id"):
+        manager.free(55)
+
+
+def test_paged_views_refuse_duplicate_sequences_and_positions_past_the_context():
+    from tformer_lib.serving import PagedKVCache
+
+    model = _model(0)
+    cache = PagedKVCache(model, num_blocks=None, block_size=4, sequences=2)
+    cache.manager.allocate(0, [5, 6, 7])
+    with pytest.raises(ValueError, match="重复"):
+        cache.decode_view([0, 0])
+    with pytest.raises(ValueError, match="重复"):
+        cache.packed_view([0, 0], [1, 1])
+    with pytest.raises(ValueError, match="max_len"):
+        cache.packed_view([0], [model.config.max_len + 1])
+    assert cache.manager.lengths[0] == 0  # 被拒绝的视图没有动账本

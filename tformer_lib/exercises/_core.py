@@ -314,7 +314,9 @@ def run_checks(
       提示 :data:`LIBRARY_CALL_HINT`）。桩仍然是 ⏳，写错的仍按写错报告。
     - ``trace_forbidden=True``：除了静态地看代码，还在读者的函数每次运行期间（子进程里也是，见 :func:`run_in_workers`）
       记下它实际执行到的禁用对象（:func:`~tformer_lib.exercises._sandbox.watch_calls`：不论经由别名、``getattr``、
-      默认参数、可调用对象、代码副本还是另一个库函数）。只记不拦，结论同上：全部通过而用到了 → ❌ ``library_call``。
+      默认参数、可调用对象、禁用函数的代码对象副本还是另一个库函数）。只记不拦，结论同上：全部通过而用到了 → ❌
+      ``library_call``。它认的是代码对象：把库的源码抄过来重新编译（``exec``）得到的是新的代码，认不出——那已是
+      读者自己的一份实现，这道题拦不住也不该靠它拦。
 
     任何情况下都不抛异常（``fn`` 不是函数时也只打印 ❌）。
     """
@@ -402,9 +404,11 @@ def run_in_workers(f: Callable[..., Any], body: Callable[..., Any], world_size: 
 
     - ``f``：检查函数收到的（:func:`run_checks` 包装过的）读者函数；原函数经
       :func:`~tformer_lib.exercises._sandbox.ship` 送进子进程，在那里照 :func:`_guard` 包装成 ``call``；
-    - ``body``：顶层函数（``spawn`` 要能按名字导入它），在每个进程里准备输入、用 ``call(...)`` 调用读者的函数，
+    - ``body``：顶层函数（``spawn`` 要能按名字导入它；在 ``.py`` 脚本里调用本函数时，调用要放在
+      ``if __name__ == "__main__":`` 之下，否则子进程会重新执行整个脚本），在每个进程里准备输入、用 ``call(...)`` 调用读者的函数，
       返回要交回父进程比较的东西（经 ``torch.save``，可以含张量）；
-    - ``probe``：给了就先在本进程里试调一次 ``f(*probe)``：桩 → ⏳、忘了 return → ❌，都不必起进程；
+    - ``probe``：给了就先在本进程里试调一次 ``f(*probe)``：桩 → ⏳、忘了 return → ❌，都不必起进程（读者的函数
+      在本进程里因为没有进程组先抛了异常时，这两种结论要等子进程给出）；
       读者的函数因为本进程没有进程组而抛的异常是预料之中的，忽略。
 
     任一进程里读者的函数是桩 → ⏳；返回 None → ❌ ``returned_none``；抛出异常 → ❌ ``exception``（点名 rank；

@@ -33,12 +33,22 @@ def kernel_error_table(seed: int = 0, device: str | torch.device | None = None) 
     ``{"kernel", "shape", "blocks", "reference", "max_abs_error", "max_abs_reference"}`` 的列表
     （后者是参照结果的最大绝对值，用来判断误差相对于数值本身有多大）。
 
-    ``device``：输入放在哪里；``None`` 时内核在解释器里跑（``TRITON_INTERPRET=1``，没有 GPU 时的默认）就用 CPU，
-    否则用 ``"cuda"``。随机输入总在 CPU 上按 ``seed`` 生成再搬过去，所以两种设备上的输入逐位相同。
+    ``device``：输入放在哪里，``"cpu"`` 或 ``"cuda"``（CPU 张量要求解释器，CUDA 张量要求编译的内核）；
+    ``None`` 时内核在解释器里跑（``TRITON_INTERPRET=1``，没有 GPU 时的默认）就用 CPU，否则用 ``"cuda"``。随机输入总在 CPU 上按 ``seed`` 生成再搬过去，所以两种设备上的输入逐位相同。
     """
     if device is None:
         interpreted = os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available()
         device = "cpu" if interpreted else "cuda"
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device 应是 'cpu'、'cuda' 这样的字符串或 torch.device，收到 {type(device).__name__} {device!r}")
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device 应是 'cpu' 或 'cuda'（可带编号），收到 {device!r}") from None
+    if device.type not in ("cpu", "cuda") or (device.type == "cpu" and device.index not in (None, 0)):
+        raise ValueError(f"device 应是 'cpu' 或 'cuda'（Triton 的内核只在这两处运行），收到 {str(device)!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={str(device)!r}，但这台机器没有可用的 GPU：不给 device（或给 'cpu'）就在解释器里跑")
     gen = torch.Generator().manual_seed(seed)
 
     def randn(*shape):

@@ -6,6 +6,10 @@
 
 from __future__ import annotations
 
+import numbers
+
+import torch
+
 from .._checks import flag, non_negative_int, positive_int
 
 __all__ = ["BlockManager", "OutOfBlocksError"]
@@ -26,6 +30,7 @@ class BlockManager:
         self.ref_count = [0] * num_blocks
         self.tables: dict[int, list[int]] = {}  # 序列 id → 块表
         self.lengths: dict[int, int] = {}  # 序列 id → 已写入的位置数
+        self._prompts: dict[int, tuple[int, ...]] = {}  # 序列 id → allocate 时的提示（登记前缀块时核对）
         # 前缀的查找表（像 vLLM 的 哈希 → 块）：前缀键 → 内容是这段前缀的块，新请求共用第一块。同一前缀的请求在
         # 共用之前可能各算了一份，它们都记在表里：第一块被释放时，下一块接着供人共用。
         self._cached: dict[tuple, list[int]] = {}
@@ -48,6 +53,7 @@ class BlockManager:
         return -(-n_tokens // self.block_size)
 
     def can_allocate(self, n_tokens: int) -> bool:
+        """此刻的空闲块放不放得下 ``n_tokens`` 个位置（不算可共用的前缀块）。"""
         return self.blocks_needed(n_tokens) <= len(self.free_blocks)
 
     def table(self, seq_id: int) -> list[int]:
@@ -74,7 +80,17 @@ class BlockManager:
         return block
 
     @staticmethod
-    def _key(prompt: list[int], n_tokens: int, namespace) -> tuple:
+    def _tokens(prompt) -> tuple[int, ...]:
+        """提示 → Python int 的元组（列表、元组或一维整数张量都行）；空的、或含非整数的 ValueError。"""
+        if isinstance(prompt, torch.Tensor):
+            prompt = prompt.tolist() if prompt.dim() == 1 and not prompt.is_floating_point() else None
+        if isinstance(prompt, (str, bytes)) or not isinstance(prompt, (list, tuple)) or len(prompt) == 0 or any(
+                isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in prompt):
+            raise ValueError(f"prompt 应是非空的词元 id 列表（整数），收到 {prompt!r:.40}")
+        return tuple(int(t) for t in prompt)
+
+    @staticmethod
+    def _key(prompt: tuple[int, ...], n_tokens: int, namespace) -> tuple:
         """前缀块的键：前 ``n_tokens`` 个词元；``namespace``（如适配器名）不同的序列即使词元相同也不共用。"""
         tokens = tuple(prompt[:n_tokens])
         return tokens if namespace is None else (namespace, tokens)
@@ -84,11 +100,12 @@ class BlockManager:
 
         只共用**写满**的块，而且至少留最后一个提示词元去计算（它的输出是第一个新词元的 logits）。
         ``namespace``：只与同一命名空间的前缀共用（不同的 LoRA 适配器算出的 K/V 不同）。
+        ``prompt``：整数词元 id 的列表、元组或一维整数张量。块是分配了，复用长度之后的位置却还没写：
+        它们的槽位由 :meth:`append_slots`（或 :meth:`~.paged_cache.PagedKVCache.packed_view`）交出，再由前向写入。
         """
         if seq_id in self.tables:
             raise ValueError(f"seq_id={seq_id} 已经登记过")
-        if isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__") or len(prompt) == 0:
-            raise ValueError(f"prompt 应是非空的词元 id 列表，收到 {prompt!r:.40}")
+        prompt = self._tokens(prompt)
         table: list[int] = []
         reused = 0
         if self.prefix_caching:
@@ -104,7 +121,7 @@ class BlockManager:
         for block in table:
             self.ref_count[block] += 1
         table += [self._take_block() for _ in range(fresh)]
-        self.tables[seq_id], self.lengths[seq_id] = table, reused
+        self.tables[seq_id], self.lengths[seq_id], self._prompts[seq_id] = table, reused, prompt
         return reused
 
     def register_prefix(self, seq_id: int, prompt: list[int], namespace=None) -> None:
@@ -114,13 +131,16 @@ class BlockManager:
         因为每一层都先把本步所有新 K/V 写进槽位、再按块表收集（见 :class:`_PackedLayer`），读到的已是本步写好的值。
         同一前缀已有登记的块时，这条序列自己算出的那块排在它后面：前面的块被释放时由它接着供人共用。
         """
+        table = self.table(seq_id)
+        if self._tokens(prompt) != self._prompts[seq_id]:
+            raise ValueError(f"prompt 与 allocate(seq_id={seq_id}) 时给的提示不同：前缀块里的 K/V 只属于那段提示")
         if not self.prefix_caching:
             return
-        for i in range(len(prompt) // self.block_size):
-            block = self.tables[seq_id][i]
+        for i in range(len(self._prompts[seq_id]) // self.block_size):
+            block = table[i]
             if block in self._key_of:
                 continue  # 这块本来就是共用来的（或已登记）
-            key = self._key(prompt, (i + 1) * self.block_size, namespace)
+            key = self._key(self._prompts[seq_id], (i + 1) * self.block_size, namespace)
             self._cached.setdefault(key, []).append(block)
             self._key_of[block] = key
 
@@ -143,14 +163,12 @@ class BlockManager:
         回到空闲栈的块从前缀查找表里撤下（同一前缀还有别的块时，由排在它后面的那块供人共用）：只要还有序列
         持有这段前缀的块，后来的请求就能共用它。
         """
-        if seq_id not in self.tables:
-            raise KeyError(f"seq_id={seq_id} 没有登记（先 allocate，或它已经 free 了）")
-        for block in self.tables.pop(seq_id):
+        for block in self.table(seq_id):
             self.ref_count[block] -= 1
             if self.ref_count[block] == 0:
                 self._forget(block)
                 self.free_blocks.append(block)
-        del self.lengths[seq_id]
+        del self.tables[seq_id], self.lengths[seq_id], self._prompts[seq_id]
 
     def _forget(self, block: int) -> None:
         """块 ``block`` 不再被任何序列引用：把它从前缀查找表里撤下。"""

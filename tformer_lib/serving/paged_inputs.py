@@ -80,17 +80,22 @@ class _PackedLayer(AttentionCache):
 
 
 def check_batch(paged, seq_ids, n_new=None) -> None:
-    """``seq_ids`` 是非空的列表、每条序列都已登记；给了 ``n_new`` 时它与 ``seq_ids`` 一样长、每项是正整数。"""
+    """``seq_ids`` 是非空、不重复的列表，每条序列都已登记；``n_new``（默认每条 1 个）与它一样长、每项是正整数，
+    写完不超过模型的上下文 ``max_len``。"""
     if not isinstance(seq_ids, (list, tuple)) or not seq_ids:
         raise ValueError(f"seq_ids 应是非空的列表，收到 {seq_ids!r:.40}")
+    if len(set(seq_ids)) != len(seq_ids):
+        raise ValueError(f"seq_ids 里有重复的序列：{list(seq_ids)!r:.60}（一条序列一步只能出现一次）")
     for s in seq_ids:
         paged.manager.table(s)
-    if n_new is None:
-        return
+    n_new = [1] * len(seq_ids) if n_new is None else n_new
     if not isinstance(n_new, (list, tuple)) or len(seq_ids) != len(n_new):
         raise ValueError(f"n_new 应是与 seq_ids（{len(seq_ids)} 条）一样长的列表，收到 {n_new!r:.40}")
-    for n in n_new:
+    for s, n in zip(seq_ids, n_new):
         positive_int("n_new 里每项（这一步要写的新位置数）", n)
+        if paged.manager.lengths[s] + n > paged.max_len:
+            raise ValueError(f"序列 {s} 已有 {paged.manager.lengths[s]} 个位置，再写 {n} 个就超过了模型的上下文 "
+                             f"max_len={paged.max_len}")
 
 
 def decode_inputs(paged, seq_ids: list[int]) -> tuple[LMCache, torch.Tensor, torch.Tensor]:
