@@ -6,13 +6,14 @@
 保留的字符：ASCII、Latin-1、希腊字母、常用标点/数学符号/箭头/上下标、CJK 标点、全角字符、
 GB2312 全部字符（含一级、二级汉字共 6763 个），随库唐诗语料（:mod:`tformer_lib.data.poems`，三个划分的
 题目、作者与正文）里出现的每一个字符（第 9–10 章的图里画的是真实的诗，其中约 1,460 个字不在 GB2312 里，
-例如扩展 A 区的「㑹」），以及 ``--extra-text`` 给出的文本文件里出现的所有字符（我们用 ``shared/seeds/*.txt`` 与各章笔记本）。
+例如扩展 A 区的「㑹」），以及 ``--extra-text`` 给出的文本文件里出现的所有字符。随书的子集用了各章笔记本，
+外加本书所依据的几篇原文（不在本仓库里）：只用笔记本重建时，子集可能少几个只在原文里出现的字。
 
 用法（维护者）::
 
     apt-get download fonts-noto-cjk && dpkg-deb -x fonts-noto-cjk_*.deb x
     python -m tformer_lib.plotting._fontsubset x/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc \\
-        --extra-text ../shared/seeds/*.txt notebooks/*.ipynb
+        --extra-text notebooks/*.ipynb notebooks/solutions/*.ipynb
 """
 
 from __future__ import annotations
