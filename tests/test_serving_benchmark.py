@@ -7,13 +7,8 @@ import torch
 
 from tformer_lib.lm import LMConfig, make_lm
 from tformer_lib.serving import WorkItem, expected_speedup, layer_skip_draft, make_workload, run_static
-from tformer_lib.serving.benchmark import (
-    batching_benchmark,
-    load_results,
-    prefix_caching_benchmark,
-    save_results,
-    speculative_benchmark,
-)
+from tformer_lib.serving.benchmark import load_results, save_results
+from tformer_lib.serving.measure import batching_benchmark, prefix_caching_benchmark, speculative_benchmark
 
 
 def _model():

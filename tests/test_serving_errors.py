@@ -27,7 +27,8 @@ from tformer_lib.serving import (
     speculative_generate,
     summarize,
 )
-from tformer_lib.serving.benchmark import batching_benchmark, prefix_caching_benchmark, report, speculative_benchmark
+from tformer_lib.serving.benchmark import report
+from tformer_lib.serving.measure import batching_benchmark, prefix_caching_benchmark, speculative_benchmark
 from tformer_lib.serving.draft import load_draft_model
 from tformer_lib.serving.roofline import prefill_cost
 

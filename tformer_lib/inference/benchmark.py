@@ -64,7 +64,7 @@ def _models(quick: bool):
         prompts = [[2] + [5 + (7 * i + j) % 200 for j in range(6)] for i in range(16)]
         return target.eval(), draft.eval(), prompts
     from ..lm import load_poem_model
-    from ..serving.benchmark import benchmark_prompts
+    from ..serving.measure import benchmark_prompts
     from ..serving.draft import load_draft_model
 
     target, tokenizer, _ = load_poem_model()

@@ -1,7 +1,7 @@
 """推理服务（第 13 章）：参差批次、连续批处理、分页 K/V 缓存、推测解码与一个本地 HTTP 服务。
 
 每个部件都有测试证明：它生成的词元与逐条调用 ``generate(..., method="greedy")`` 完全相同。
-层次（只向下依赖）：ragged → block_manager → paged_inputs → paged_cache → sampling → engine → workload → speculative → openai_api → server。
+层次（只向下依赖）：ragged → block_manager → paged_inputs → paged_cache → sampling → engine → workload → speculative → openai_api → server；测量在 measure，随包结果文件在 benchmark。
 """
 
 from .ragged import check_prompts, greedy_batch, left_pad

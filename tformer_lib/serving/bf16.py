@@ -180,7 +180,7 @@ def compare_bf16(model: nn.Module, items, *, max_batch: int = 16, eos_id: int | 
 
 def chapter_workload(tokenizer, max_len: int) -> tuple[list, dict]:
     """第 13 章结果文件 ``serving.json`` 的那份负载（同样的提示、种子与参数），以及描述它的字典。"""
-    from .benchmark import benchmark_prompts
+    from .measure import benchmark_prompts
     from .workload import make_workload
 
     spec = {"requests": 96, "seed": 0, "mean_new_tokens": 20, "arrival_rate_per_s": 1000, "max_batch": 16}
