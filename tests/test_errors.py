@@ -120,7 +120,7 @@ CASES = [
     ("sample_temperature_inf", lambda: sample_decode(model(), src(), temperature=math.inf), ValueError,
      r"temperature 应是 ≥ 0 的有限数（0 表示贪心），收到 inf"),
     ("sample_temperature_nan", lambda: sample_decode(model(), src(), temperature=float("nan")), ValueError, r"temperature .*nan"),
-    ("sample_top_k_true", lambda: sample_decode(model(), src(), top_k=True), ValueError, r"top_k 应为正整数或 None，收到 True"),
+    ("sample_top_k_true", lambda: sample_decode(model(), src(), top_k=True), ValueError, r"top_k 应是整数，收到 bool True"),
     ("translate_batch_size_zero", lambda: translate(model(), "狗 咬 人", vocab, vocab, batch_size=0), ValueError,
      r"batch_size 应是正整数，收到 0"),
     ("translate_method", lambda: translate(model(), "狗", vocab, vocab, method="topp"), ValueError, r"method 应为 .*收到 'topp'"),

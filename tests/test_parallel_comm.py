@@ -26,10 +26,10 @@ def test_formulas_keep_their_values_and_accept_numpy_integers():
 
 @pytest.mark.parametrize("call, error, match", [
     (lambda: data_parallel_payload("10"), TypeError, "n_params 应是整数，收到 str '10'"),
-    (lambda: data_parallel_payload(10, 0), ValueError, "element_bytes 应是 ≥ 1"),
+    (lambda: data_parallel_payload(10, 0), ValueError, "element_bytes 应是正整数"),
     (lambda: data_parallel_payload(True), TypeError, "n_params 应是整数，收到 bool"),
-    (lambda: pipeline_payload(2, 3, 4, stages=0), ValueError, "stages 应是 ≥ 1 的整数，收到 0"),
-    (lambda: tensor_parallel_payload(2, -3, 4), ValueError, "length 应是 ≥ 1 的整数，收到 -3"),
+    (lambda: pipeline_payload(2, 3, 4, stages=0), ValueError, "stages 应是正整数，收到 0"),
+    (lambda: tensor_parallel_payload(2, -3, 4), ValueError, "length 应是正整数，收到 -3"),
     (lambda: tensor_parallel_payload(2, 3, 4, n_blocks=0), ValueError, "n_blocks"),
     (lambda: tensor_parallel_payload(2, 3, 4, input_requires_grad="no"), TypeError, "input_requires_grad 应是 True 或 False"),
     (lambda: ring_all_reduce_bytes(-1, 2), ValueError, "payload_bytes 应是 ≥ 0 的有限字节数，收到 -1"),

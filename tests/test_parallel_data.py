@@ -129,7 +129,7 @@ def test_bad_run_arguments_are_named():
         train_data_parallel(model, blocks, 3, 4, 1e-3)  # 起进程之前就报错
     with pytest.raises(ValueError, match="batch_size 应是正整数，收到 0"):
         train_single_process(model, blocks, 1, 0, 1e-3)
-    with pytest.raises(ValueError, match="lr 应是有限的正数"):
+    with pytest.raises(ValueError, match="lr 应是 > 0 的有限数"):
         train_single_process(model, blocks, 1, 4, float("nan"))
     with pytest.raises(TypeError, match="modes 应是写法名的序列"):
         train_data_parallel(model, blocks, 1, 4, 1e-3, modes="ddp")

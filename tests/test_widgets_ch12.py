@@ -53,7 +53,7 @@ def test_explorers_refuse_what_a_slider_would_silently_clamp():
     for kwargs, match in [({"stages": 0}, "stages 应是 2…8 之间的整数，收到 0"), ({"stages": 9}, "stages 应是 2…8"),
                           ({"options": (0, 2)}, "options 里的值 应是 ≥ 1 的整数，收到 0"),
                           ({"options": ()}, "options 应是非空"), ({"micro_batches": 2.5}, "micro_batches"),
-                          ({"backward_time": float("nan")}, "backward_time 应是有限的正数")]:
+                          ({"backward_time": float("nan")}, "backward_time 应是 > 0 的有限数")]:
         with pytest.raises(ValueError, match=match):
             pipeline_schedule_explorer(**kwargs)
     assert pipeline_schedule_explorer(stages=np.int64(3), options=(2,)).controls["stages"].value == 3

@@ -41,17 +41,14 @@ def positive_int(name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise NotAnInteger(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
     if value < minimum:
-        raise ValueError(f"{name} 应是正整数，收到 {value}" if minimum == 1 else f"{name} 应 ≥ {minimum}，收到 {value}")
+        expected = {1: "应是正整数", 0: "应是非负整数"}.get(minimum, f"应 ≥ {minimum}")
+        raise ValueError(f"{name} {expected}，收到 {value}")
     return int(value)
 
 
 def non_negative_int(name: str, value) -> int:
     """要求 ``value`` 是非负整数（NumPy 的整数也算，bool 不算），返回 Python ``int``。"""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise NotAnInteger(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} 应是非负整数，收到 {value}")
-    return int(value)
+    return positive_int(name, value, minimum=0)
 
 
 def positive_ints(name: str, values) -> list[int]:
@@ -271,9 +268,7 @@ def finite_real(name: str, value, *, above: float | None = None, at_least: float
 
 def finite_positive(name: str, value) -> float:
     """要求 ``value`` 是有限的正数（排除 0、负数、inf、NaN 与布尔值）。"""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} 应是有限的正数，收到 {value!r}")
-    return float(value)
+    return finite_real(name, value, above=0)
 
 
 def check_suppress_ids(suppress_ids, vocab_size: int | None = None) -> tuple[int, ...]:

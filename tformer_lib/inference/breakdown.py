@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable
 
-from .._checks import positive_int
+from .._checks import non_negative_int, positive_int
 
 __all__ = ["CATEGORIES", "categorize_op", "profile_breakdown"]
 
@@ -56,8 +56,7 @@ def profile_breakdown(step: Callable[[], object], steps: int = 20, warmup: int =
     from torch.profiler import ProfilerActivity, profile
 
     positive_int("steps", steps)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup 应为非负整数，收到 {warmup!r}")
+    warmup = non_negative_int("warmup", warmup)
     if not callable(step):
         raise TypeError(f"step 应是无参数的可调用对象，收到 {type(step).__name__}")
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # 别让 Kineto 的诊断行混进 stderr（同 profiling.profile_step）

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .._checks import check_suppress_ids, flag, language_model
+from .._checks import check_suppress_ids, flag, language_model, non_negative_int, positive_int
 from ..lm.generate import check_eos_id, check_top_k, check_top_p, greedy_tokens, next_token_distribution
 from ..temperature import check_temperature, is_greedy_temperature
 from ..serving.ragged import left_pad
@@ -91,10 +91,9 @@ class StaticDecoder:
             raise ValueError(f"mode 应是 {COMPILE_MODES} 之一，收到 {mode!r}")
         self.model, self.compile, self.mode = model, compile, mode
         self.skip_guards = compile and skip_guards
-        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
-                                    or not 1 <= max_len <= model.config.max_len):
+        if max_len is not None and positive_int("max_len", max_len) > model.config.max_len:
             raise ValueError(f"max_len 应是 [1, config.max_len={model.config.max_len}] 内的整数（缓存的槽位数），收到 {max_len!r}")
-        self.max_len = model.config.max_len if max_len is None else max_len
+        self.max_len = model.config.max_len if max_len is None else int(max_len)
         self._caches: dict[int, StaticKVCache] = {}
         self.compile_seconds: dict[int, float] = {}
         step = self._decode_step
@@ -174,8 +173,7 @@ class StaticDecoder:
             raise ValueError(f"最长的提示有 {width} 个词元，超过了缓存的槽位数 L={self.max_len}")
         if max_new_tokens is None:
             max_new_tokens = self.max_len - width
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens 应为非负整数，收到 {max_new_tokens!r}")
+        max_new_tokens = non_negative_int("max_new_tokens", max_new_tokens)
         if width + max_new_tokens > self.max_len:
             raise ValueError(f"最长的提示 {width} 加 max_new_tokens={max_new_tokens} 超过了缓存的槽位数 L={self.max_len}")
         device = model.lm_head.weight.device

@@ -11,15 +11,10 @@ FLOPs 与字节用第 13 章的闭式公式（:func:`tformer_lib.serving.rooflin
 
 from __future__ import annotations
 
+from .._checks import finite_positive
 from ..serving.roofline import decode_cost
 
 __all__ = ["decode_floors", "times_above_floor"]
-
-
-def _positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} 应为正数，收到 {value!r}")
-    return float(value)
 
 
 def decode_floors(config, batch: int, context: int, *, peak_flops: float, bandwidth: float,
@@ -28,8 +23,8 @@ def decode_floors(config, batch: int, context: int, *, peak_flops: float, bandwi
 
     ``{"flops", "bytes", "flop_floor_s" = flops/peak_flops, "byte_floor_s" = bytes/bandwidth, "floor_s" = 两者之大}``。
     """
-    _positive("peak_flops", peak_flops)
-    _positive("bandwidth", bandwidth)
+    finite_positive("peak_flops", peak_flops)
+    finite_positive("bandwidth", bandwidth)
     cost = decode_cost(config, batch, context, bytes_per_element)
     flop_floor, byte_floor = cost["flops"] / peak_flops, cost["bytes"] / bandwidth
     return {"batch": batch, "context": context, "flops": cost["flops"], "bytes": cost["bytes"],
@@ -38,5 +33,5 @@ def decode_floors(config, batch: int, context: int, *, peak_flops: float, bandwi
 
 def times_above_floor(seconds: float, floors: dict) -> dict:
     """实测每步 ``seconds`` 是 FLOP 下限、字节下限各自的几倍：``{"vs_flops", "vs_bytes"}``。"""
-    _positive("seconds", seconds)
+    finite_positive("seconds", seconds)
     return {"vs_flops": seconds / floors["flop_floor_s"], "vs_bytes": seconds / floors["byte_floor_s"]}

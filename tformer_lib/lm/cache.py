@@ -5,7 +5,7 @@
 
 import torch
 
-from .._checks import positive_int
+from .._checks import non_negative_int, positive_int
 from ..parts.kv_cache import AttentionCache
 from .config import LMConfig
 
@@ -30,7 +30,8 @@ class LMCache:
 
     def crop(self, length: int) -> None:
         """只保留前 ``length`` 个位置（例如推测解码 speculative decoding 拒绝草稿之后回退）。"""
-        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self.length:
+        length = non_negative_int("length", length)
+        if length > self.length:
             raise ValueError(f"length 应是 [0, {self.length}] 内的整数，收到 {length!r}")
         for cache in self.layers:
             if cache.k is not None:

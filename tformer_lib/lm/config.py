@@ -3,7 +3,7 @@
 import math
 from dataclasses import asdict, dataclass
 
-from .._checks import finite_positive, positive_int
+from .._checks import finite_positive, non_negative_int, positive_int
 from ..parts.norms import NORM_KINDS
 from ..parts.rope_scaling import RopeScaling, rope_frequencies
 from ..specials import PAD
@@ -77,14 +77,12 @@ class LMConfig:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} 应是 bool，收到 {getattr(self, name)!r}")
         self._check_moe()
-        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
+        if non_negative_int("pad_id", self.pad_id) >= self.vocab_size:
             raise ValueError(f"pad_id={self.pad_id!r} 应是词表 [0, {self.vocab_size}) 内的整数 id")
 
     def _check_moe(self) -> None:
-        for name in ("moe_experts", "moe_shared_experts"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} 应是 ≥ 0 的整数，收到 {value!r}")
+        non_negative_int("moe_experts", self.moe_experts)
+        non_negative_int("moe_shared_experts", self.moe_shared_experts)
         positive_int("moe_top_k", self.moe_top_k)
         if self.moe_experts and self.moe_top_k > self.moe_experts:
             raise ValueError(f"moe_top_k={self.moe_top_k} 不能大于专家数 moe_experts={self.moe_experts}")

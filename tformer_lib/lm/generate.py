@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .._checks import check_suppress_ids
+from .._checks import check_suppress_ids, non_negative_int, positive_int
 from ..specials import BOS, PAD
 from ..temperature import apply_temperature, check_temperature, is_greedy_temperature
 
@@ -22,8 +22,8 @@ __all__ = ["check_eos_id", "filter_top_k", "filter_top_p", "greedy_tokens", "nex
 
 
 def check_top_k(top_k) -> None:
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k 应为正整数或 None，收到 {top_k!r}")
+    if top_k is not None:
+        positive_int("top_k", top_k)
 
 
 def check_top_p(top_p) -> None:
@@ -35,7 +35,7 @@ def check_eos_id(eos_id, vocab_size: int, suppress_ids: Sequence[int] = (PAD, BO
     """``eos_id`` 应是 None，或词表内、没有被 ``suppress_ids`` 屏蔽（否则永远生成不出来）的整数 id。"""
     if eos_id is None:
         return
-    if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < vocab_size:
+    if non_negative_int("eos_id", eos_id) >= vocab_size:
         raise ValueError(f"eos_id 应是 [0, {vocab_size}) 内的整数 id 或 None，收到 {eos_id!r}")
     if eos_id in {int(t) for t in suppress_ids}:
         raise ValueError(f"eos_id={eos_id} 在 suppress_ids 里，永远不会被生成；请换一个 eos_id 或不屏蔽它")
@@ -191,8 +191,7 @@ def generate(
         raise ValueError(f"prompt 长度 {length} 超过了模型的上下文长度 max_len={max_len}；请截短提示")
     if max_new_tokens is None:
         max_new_tokens = max_len - length
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens 应为非负整数，收到 {max_new_tokens!r}")
+    max_new_tokens = non_negative_int("max_new_tokens", max_new_tokens)
     if length + max_new_tokens > max_len:
         raise ValueError(
             f"prompt 长度 {length} 加 max_new_tokens={max_new_tokens} 超过了上下文长度 max_len={max_len}"

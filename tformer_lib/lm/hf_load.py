@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import torch
 
+from .._checks import positive_int
 from ..parts.rope_scaling import RopeScaling, yarn_attention_factor
 from .config import LMConfig
 from .hf_tokenizer import read_tokenizer_dir
@@ -216,7 +217,8 @@ def _gpt2_config(hf: dict, max_len: int | None) -> LMConfig:
 def _context(max_len: int | None, limit: int, field: str) -> int:
     if max_len is None:
         return int(limit)
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 0 < max_len <= limit:
+    max_len = positive_int("max_len", max_len)
+    if max_len > limit:
         raise ValueError(f"max_len 应是 (0, {field}={limit}] 内的整数或 None，收到 {max_len!r}")
     return max_len
 

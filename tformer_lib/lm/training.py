@@ -47,9 +47,8 @@ class WarmupCosine:
     """
 
     def __init__(self, warmup: int, total_steps: int, min_ratio: float = 0.1):
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
-            raise ValueError(f"warmup 应为正整数，收到 {warmup!r}")
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < warmup:
+        warmup, total_steps = positive_int("warmup", warmup), positive_int("total_steps", total_steps)
+        if total_steps < warmup:
             raise ValueError(f"total_steps 应是 ≥ warmup={warmup} 的整数，收到 {total_steps!r}")
         if not 0 <= min_ratio <= 1:
             raise ValueError(f"min_ratio 应在 [0, 1] 内，收到 {min_ratio!r}")
@@ -128,10 +127,10 @@ class LMTrainer:
             raise TypeError(f"model 应是 make_lm(config) 得到的 DecoderOnlyLM，收到 {type(model).__name__}")
         if not isinstance(train_blocks, torch.Tensor) or train_blocks.dim() != 2 or train_blocks.shape[1] < 2:
             raise ValueError(f"train_blocks 应是 (N, L+1) 的 LongTensor、L ≥ 1，收到 {getattr(train_blocks, 'shape', train_blocks)}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(train_blocks):
+        batch_size = positive_int("batch_size", batch_size)
+        if batch_size > len(train_blocks):
             raise ValueError(f"batch_size 应是 [1, {len(train_blocks)}] 内的整数，收到 {batch_size!r}")
-        if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
-            raise ValueError(f"accumulation_steps 应为正整数，收到 {accumulation_steps!r}")
+        accumulation_steps = positive_int("accumulation_steps", accumulation_steps)
         if batch_size % accumulation_steps != 0:
             raise ValueError(f"batch_size={batch_size} 不能被 accumulation_steps={accumulation_steps} 整除")
         if autocast not in AUTOCAST_DTYPES:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .._checks import positive_int
+from .._checks import non_negative_int, positive_int
 from .router import Routing
 
 __all__ = ["expert_capacity", "within_capacity", "DispatchPlan", "plan_dispatch", "dispatch", "combine"]
@@ -27,8 +27,7 @@ __all__ = ["expert_capacity", "within_capacity", "DispatchPlan", "plan_dispatch"
 
 def expert_capacity(n_tokens: int, n_experts: int, top_k: int, capacity_factor: float) -> int:
     r"""每个专家的容量 :math:`C = \lceil c \cdot N k / E \rceil`（c = 1 时恰好是均匀路由下每个专家的份额）。"""
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, numbers.Integral) or n_tokens < 0:
-        raise ValueError(f"n_tokens 应是 ≥ 0 的整数，收到 {n_tokens!r}")
+    n_tokens = non_negative_int("n_tokens", n_tokens)
     positive_int("n_experts", n_experts)
     positive_int("top_k", top_k)
     if (isinstance(capacity_factor, bool) or not isinstance(capacity_factor, numbers.Real)
@@ -44,8 +43,7 @@ def within_capacity(experts: torch.Tensor, n_experts: int, capacity: int) -> tor
     优先级：第一选择全体先于第二选择，同一选择里按词元顺序（先到先得）。
     """
     positive_int("n_experts", n_experts)
-    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity < 0:
-        raise ValueError(f"capacity 应是 ≥ 0 的整数，收到 {capacity!r}")
+    capacity = non_negative_int("capacity", capacity)
     if (not isinstance(experts, torch.Tensor) or experts.dim() != 2 or experts.dtype.is_floating_point
             or experts.dtype == torch.bool or experts.is_complex()):
         raise ValueError(f"experts 应是整数的 (N, k) 张量，收到 {getattr(experts, 'dtype', type(experts).__name__)} "

@@ -9,13 +9,12 @@ Mixtral 8×7B（47B 参数、每词元约 13B 激活）、DeepSeek-V3 这类模�
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from .._checks import dropout_rate, flag, last_dim, module_dtype, positive_int
+from .._checks import dropout_rate, flag, last_dim, module_dtype, non_negative_int, positive_int
 from ..parts.feedforward import PositionwiseFeedForward
 from .dispatch import combine, dispatch, expert_capacity, plan_dispatch, within_capacity
 from .router import Routing, TopKRouter, load_balancing_loss, router_z_loss
@@ -80,8 +79,7 @@ class MoEFeedForward(nn.Module):
         flag("bias", bias)
         if capacity_factor is not None:
             expert_capacity(1, 1, 1, capacity_factor)  # 只为检查：正的有限数
-        if isinstance(n_shared_experts, bool) or not isinstance(n_shared_experts, numbers.Integral) or n_shared_experts < 0:
-            raise ValueError(f"n_shared_experts 应是 ≥ 0 的整数，收到 {n_shared_experts!r}")
+        n_shared_experts = non_negative_int("n_shared_experts", n_shared_experts)
         self.router = TopKRouter(d_model, n_experts, top_k, renormalize=renormalize)
         self.experts = nn.ModuleList(
             [PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias=bias) for _ in range(n_experts)]

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .._checks import flag, one_of
+from .._checks import flag, one_of, positive_int
 
 __all__ = ["recording", "record", "RECORD_OPS", "ring_all_reduce_bytes", "data_parallel_payload", "tensor_parallel_payload",
            "pipeline_payload", "recording_torch_collectives", "recording_fsdp_collectives"]
@@ -26,15 +26,6 @@ __all__ = ["recording", "record", "RECORD_OPS", "ring_all_reduce_bytes", "data_p
 _active: list | None = None
 #: :func:`record` 认得的通信原语：手写方案的 all-reduce / send，以及 PyTorch 张量并行（DTensor）自己发起的几种集合通信
 RECORD_OPS = ("all_reduce", "send", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
-
-
-def _count(name: str, value, minimum: int = 1) -> int:
-    """整数（含 NumPy 整数，不含 bool）且 ≥ ``minimum``：字符串 "10" 乘 4 会得到 "10101010"，负数会得到负字节。"""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} 应是整数，收到 {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} 应是 ≥ {minimum} 的整数，收到 {value!r}")
-    return int(value)
 
 
 @contextmanager
@@ -60,17 +51,16 @@ def record(op: str, tensor: torch.Tensor) -> None:
 
 def ring_all_reduce_bytes(payload_bytes: float, world_size: int) -> float:
     """环形 all-reduce 里每个进程发出的字节数：2(p−1)/p · 载荷。"""
-    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) or world_size < 1:
-        raise ValueError(f"world_size 应是正整数，收到 {world_size!r}")
+    world_size = positive_int("world_size", world_size)
     if (isinstance(payload_bytes, bool) or not isinstance(payload_bytes, numbers.Real)
             or not math.isfinite(payload_bytes) or payload_bytes < 0):
         raise ValueError(f"payload_bytes 应是 ≥ 0 的有限字节数，收到 {payload_bytes!r}")
-    return 2 * (int(world_size) - 1) / int(world_size) * payload_bytes
+    return 2 * (world_size - 1) / world_size * payload_bytes
 
 
 def data_parallel_payload(n_params: int, element_bytes: int = 4) -> int:
     """数据并行每步 all-reduce 的载荷：全部梯度。"""
-    return _count("n_params", n_params) * _count("element_bytes", element_bytes)
+    return positive_int("n_params", n_params) * positive_int("element_bytes", element_bytes)
 
 
 def tensor_parallel_payload(batch: int, length: int, d_model: int, n_blocks: int = 1, element_bytes: int = 4,
@@ -79,16 +69,16 @@ def tensor_parallel_payload(batch: int, length: int, d_model: int, n_blocks: int
 
     第一块的输入不需要梯度时（直接喂数据、前面没有嵌入层），它入口 f 算子的反向 all-reduce 不会发生：少一次。
     """
-    batch, length, d_model = _count("batch", batch), _count("length", length), _count("d_model", d_model)
-    n_blocks, element_bytes = _count("n_blocks", n_blocks), _count("element_bytes", element_bytes)
+    batch, length, d_model = positive_int("batch", batch), positive_int("length", length), positive_int("d_model", d_model)
+    n_blocks, element_bytes = positive_int("n_blocks", n_blocks), positive_int("element_bytes", element_bytes)
     count = 4 * n_blocks - (0 if flag("input_requires_grad", input_requires_grad) else 1)
     return count * batch * length * d_model * element_bytes
 
 
 def pipeline_payload(batch: int, length: int, d_model: int, stages: int = 2, element_bytes: int = 4) -> int:
     """流水线每个训练步经 send 搬运的字节：每个段边界激活一次、梯度一次（所有微批合计 = 整批）。"""
-    batch, length, d_model = _count("batch", batch), _count("length", length), _count("d_model", d_model)
-    stages, element_bytes = _count("stages", stages), _count("element_bytes", element_bytes)
+    batch, length, d_model = positive_int("batch", batch), positive_int("length", length), positive_int("d_model", d_model)
+    stages, element_bytes = positive_int("stages", stages), positive_int("element_bytes", element_bytes)
     return 2 * (stages - 1) * batch * length * d_model * element_bytes
 
 

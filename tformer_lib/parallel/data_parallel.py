@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
-from .._checks import finite_positive, positive_int, tensor_with_dim
+from .._checks import finite_positive, non_negative_int, positive_int, tensor_with_dim
 from ..lm.data import loss_targets
 from ..specials import PAD
 from .comm import record
@@ -62,7 +62,8 @@ def rank_batches(n_samples: int, batch_size: int, rank: int, world_size: int, se
     positive_int("n_samples", n_samples)
     positive_int("batch_size", batch_size)
     positive_int("world_size", world_size)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+    rank = non_negative_int("rank", rank)
+    if rank >= world_size:
         raise ValueError(f"rank 应是 0 到 world_size-1={world_size - 1} 之间的整数，收到 {rank!r}")
     if batch_size % world_size != 0:
         raise ValueError(f"batch_size={batch_size} 不能被进程数 world_size={world_size} 整除")

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import positive_int
+from .._checks import non_negative_int, positive_int
 from ..moe import MoEFeedForward, combine, dispatch, plan_dispatch
 from ..lm.data import loss_targets
 from ..specials import PAD
@@ -48,7 +48,8 @@ class ExpertParallelMoE(MoEFeedForward):
         if not isinstance(moe, MoEFeedForward):
             raise TypeError(f"moe 应是 MoEFeedForward，收到 {type(moe).__name__}")
         positive_int("world_size", world_size)
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        rank = non_negative_int("rank", rank)
+        if rank >= world_size:
             raise ValueError(f"rank 应是 0 到 world_size-1={world_size - 1} 之间的整数，收到 {rank!r}")
         if moe.n_experts % world_size != 0:
             raise ValueError(f"专家数 n_experts={moe.n_experts} 不能被进程数 world_size={world_size} 整除")
@@ -107,10 +108,9 @@ def expert_parallel_payload(sent_rows: int, received_rows: int, d_model: int, n_
     前向：分派发出 M 行、合并送回 R 行；反向：两者的梯度各按原路返回（R 行、M 行）；另有一次交换行数的 E 个 int64。
     对所有进程求和时 ΣM = ΣR，合计 :math:`4\,d\,b\sum M + 8Ep`；其中发往别的进程的部分在路由均匀时约占 (p−1)/p。
     """
-    for name, value, low in (("sent_rows", sent_rows, 0), ("received_rows", received_rows, 0), ("d_model", d_model, 1),
-                             ("n_experts", n_experts, 1), ("element_bytes", element_bytes, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} 应是 ≥ {low} 的整数，收到 {value!r}")
+    sent_rows, received_rows = non_negative_int("sent_rows", sent_rows), non_negative_int("received_rows", received_rows)
+    d_model, n_experts = positive_int("d_model", d_model), positive_int("n_experts", n_experts)
+    element_bytes = positive_int("element_bytes", element_bytes)
     return 2 * (sent_rows + received_rows) * d_model * element_bytes + 8 * n_experts
 
 

@@ -31,6 +31,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from .._checks import positive_int
+
 __all__ = ["backend_for", "launch", "WorkerPool", "init_from_env", "is_rank0", "rank_print", "DistributedError", "STARTUP_TIMEOUT"]
 
 HOST = "127.0.0.1"
@@ -196,8 +198,7 @@ def launch(fn, world_size: int = 2, args: tuple = (), *, device: str = "cpu", ti
     超时、任一进程出错或意外退出都抛 :class:`DistributedError`（第一行点名真正出错的 rank 与它的异常），
     并结束其余进程——测试与笔记本永远不会挂住。
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size 应是正整数，收到 {world_size!r}")
+    world_size = positive_int("world_size", world_size)
     if not callable(fn):
         raise TypeError(f"fn 应是可调用的顶层函数，收到 {type(fn).__name__}")
     if not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -299,8 +300,7 @@ class WorkerPool:
     """
 
     def __init__(self, world_size: int = 2, *, device: str = "cpu", timeout: float = 120.0, threads: int = 1):
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size 应是正整数，收到 {world_size!r}")
+        world_size = positive_int("world_size", world_size)
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout 应是正的秒数，收到 {timeout!r}")
         import torch.multiprocessing as mp

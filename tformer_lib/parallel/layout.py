@@ -14,8 +14,8 @@
 from __future__ import annotations
 
 import math
-import numbers
 
+from .._checks import positive_int
 from ..lm.config import LMConfig
 from ..lm.meta import meta_lm
 from .pipeline import split_points
@@ -39,12 +39,6 @@ def tensor_parallel_split(name: str) -> str:
     return "replicated"
 
 
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} 应是正整数，收到 {value!r}")
-    return int(value)
-
-
 def layout_parameters_per_rank(config: LMConfig, tensor_parallel: int = 1, pipeline_stages: int = 1) -> list[int]:
     """TP = ``tensor_parallel``、PP = ``pipeline_stages`` 时，每一段里一张卡存的参数个数（列表，第 s 项是第 s 段）。
 
@@ -52,7 +46,7 @@ def layout_parameters_per_rank(config: LMConfig, tensor_parallel: int = 1, pipel
     """
     if not isinstance(config, LMConfig):
         raise TypeError(f"config 应是 LMConfig，收到 {type(config).__name__}")
-    t, p = _positive("tensor_parallel", tensor_parallel), _positive("pipeline_stages", pipeline_stages)
+    t, p = positive_int("tensor_parallel", tensor_parallel), positive_int("pipeline_stages", pipeline_stages)
     for what, size in (("n_heads", config.n_heads), ("n_kv_heads", config.kv_heads), ("d_ff", config.d_ff)):
         if size % t != 0:
             raise ValueError(f"{what}={size} 不能被 tensor_parallel={t} 整除：张量并行要把每个头、每列完整地分给一张卡")

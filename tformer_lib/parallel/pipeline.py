@@ -25,7 +25,6 @@ PyTorch 的调度默认还会把梯度除以 m（``scale_grads``），这里关�
 from __future__ import annotations
 
 import inspect
-import numbers
 import time
 
 import torch
@@ -33,7 +32,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .._checks import positive_int
+from .._checks import non_negative_int, positive_int
 from ..lm.data import loss_targets
 from ..parts.positional import RopeTables
 from ..specials import PAD
@@ -52,10 +51,8 @@ MANUAL_MODES = {"manual": "gpipe", "manual_1f1b": "1f1b"}
 
 def bubble_fraction(stages: int, micro_batches: int) -> float:
     """GPipe（与 1F1B）调度里每段的空闲比例 (p−1)/(m+p−1)。"""
-    for name, value in (("stages", stages), ("micro_batches", micro_batches)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} 应是正整数，收到 {value!r}")
-    return (int(stages) - 1) / (int(micro_batches) + int(stages) - 1)
+    stages, micro_batches = positive_int("stages", stages), positive_int("micro_batches", micro_batches)
+    return (stages - 1) / (micro_batches + stages - 1)
 
 
 def split_points(n_layers: int, stages: int) -> list[tuple[int, int]]:
@@ -81,7 +78,8 @@ class LMStage(nn.Module):
         if c.tie_embeddings:
             raise ValueError("流水线切分要求 tie_embeddings=False：输出层与词嵌入共享时首尾两段要共用一个矩阵")
         bounds = split_points(c.n_layers, stages)
-        if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < stages:
+        stage = non_negative_int("stage", stage)
+        if stage >= stages:
             raise ValueError(f"stage 应是 0 到 stages-1={stages - 1} 之间的整数，收到 {stage!r}")
         self.start, self.stop = bounds[stage]
         self.first, self.last = stage == 0, stage == stages - 1
@@ -268,10 +266,8 @@ def measure_pipeline_timeline(model, blocks: torch.Tensor, *, schedule: str = "g
 
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule 应是 {SCHEDULES} 之一，收到 {schedule!r}")
-    for name, value in (("stages", stages), ("micro_batches", micro_batches), ("batch_size", batch_size),
-                        ("steps", steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} 应是正整数，收到 {value!r}")
+    stages, micro_batches = positive_int("stages", stages), positive_int("micro_batches", micro_batches)
+    batch_size, steps = positive_int("batch_size", batch_size), positive_int("steps", steps)
     split_points(model.config.n_layers, stages)  # 段比块多 → 在起进程之前就报错，而不是在子进程里
     if not isinstance(blocks, torch.Tensor) or blocks.dim() != 2:
         raise ValueError(f"blocks 应是 (steps·batch_size, T+1) 的二维词元张量，收到 {getattr(blocks, 'shape', type(blocks))}")

@@ -26,6 +26,8 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from .._checks import non_negative_int, positive_int
+
 __all__ = ["PipelineEvent", "IdealTimeline", "SCHEDULES", "stage_order", "ideal_schedule", "makespan", "busy_time",
            "idle_fraction", "idle_per_rank", "peak_in_flight"]
 
@@ -50,13 +52,6 @@ class IdealTimeline(list):
     ideal = True
 
 
-def _check_int(name: str, value, minimum: int = 1) -> int:
-    """整数（含 NumPy 整数，不含 bool）且 ≥ ``minimum``；返回 Python 的 int。"""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} 应是 ≥ {minimum} 的整数，收到 {value!r}")
-    return int(value)
-
-
 def _check_schedule(schedule: str) -> str:
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule 应是 {SCHEDULES} 之一，收到 {schedule!r}")
@@ -70,10 +65,10 @@ def stage_order(schedule: str, stages: int, micro_batches: int, stage: int) -> l
     就做一个反向，最后做完剩下的反向。
     """
     _check_schedule(schedule)
-    p, m = _check_int("stages", stages), _check_int("micro_batches", micro_batches)
-    if isinstance(stage, bool) or not isinstance(stage, numbers.Integral) or not 0 <= stage < p:
+    p, m = positive_int("stages", stages), positive_int("micro_batches", micro_batches)
+    stage = non_negative_int("stage", stage)
+    if stage >= p:
         raise ValueError(f"stage 应是 0…{p - 1} 之间的整数，收到 {stage!r}")
-    stage = int(stage)
     if schedule == "gpipe":
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
     warmup = min(p - 1 - stage, m)
@@ -95,7 +90,7 @@ def ideal_schedule(schedule: str, stages: int, micro_batches: int, *, forward_ti
     （:class:`IdealTimeline`，画图时据此用理想的时间单位）。
     """
     _check_schedule(schedule)
-    p, m = _check_int("stages", stages), _check_int("micro_batches", micro_batches)
+    p, m = positive_int("stages", stages), positive_int("micro_batches", micro_batches)
     for name, value in (("forward_time", forward_time), ("backward_time", backward_time)):
         if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
                 or not value > 0):
@@ -157,9 +152,7 @@ def _events(events: Iterable) -> list[PipelineEvent]:
         if e.kind not in ("F", "B"):
             raise ValueError(f"事件的 kind 应是 'F' 或 'B'，收到 {e.kind!r}")
         for name in ("rank", "micro_batch"):
-            value = getattr(e, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-                raise ValueError(f"事件 {tuple(e)} 的 {name} 应是 ≥ 0 的整数，收到 {value!r}")
+            non_negative_int(f"事件 {tuple(e)} 的 {name}", getattr(e, name))
         for name in ("start", "end"):
             value = getattr(e, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
@@ -197,7 +190,7 @@ def idle_fraction(events: Sequence, stages: int | None = None) -> float:
     """
     ev = _events(events)  # 只读一遍：events 可以是生成器
     busy = busy_time(ev)
-    p = len(busy) if stages is None else _check_int("stages", stages)
+    p = len(busy) if stages is None else positive_int("stages", stages)
     if p < len(busy):
         raise ValueError(f"stages={p} 太少：事件里出现了 {len(busy)} 个段 {sorted(busy)}，stages 至少应是 {len(busy)}")
     span = makespan(ev)

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .._checks import positive_int
+from .._checks import non_negative_int, positive_int
 from ..parts.attention import MultiHeadAttention, scaled_dot_product_attention
 from ..parts.feedforward import PositionwiseFeedForward
 from .comm import record
@@ -83,7 +83,8 @@ class ReduceFromParallel(torch.autograd.Function):
 
 def _chunk(size: int, name: str, rank: int, world_size: int) -> slice:
     positive_int("world_size", world_size)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+    rank = non_negative_int("rank", rank)
+    if rank >= world_size:
         raise ValueError(f"rank 应是 0 到 world_size-1={world_size - 1} 之间的整数，收到 {rank!r}")
     if size % world_size != 0:
         raise ValueError(f"{name}={size} 不能被进程数 world_size={world_size} 整除，无法均分到各进程")

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 import numbers
 
+from .._checks import positive_int
+
 __all__ = ["zero_bytes_per_rank", "ZERO_STAGES"]
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -32,16 +34,14 @@ def zero_bytes_per_rank(n_params: int, world_size: int, stage: int, *, param_byt
     默认是 float32 + AdamW（4 + 4 + 8 字节/参数）；混合精度时传 ``param_bytes=2, grad_bytes=2, optimizer_bytes=12``
     （16 位参数与梯度，float32 的主权重与两个矩），即 ZeRO 论文的 2 + 2 + K，K = 12。
     """
-    for name, value in (("n_params", n_params), ("world_size", world_size)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} 应是正整数，收到 {value!r}")
+    n_params, p = positive_int("n_params", n_params), positive_int("world_size", world_size)
     # True == 1、1.0 == 1 都会混进 ``in ZERO_STAGES``：阶段号只收整数
     if isinstance(stage, bool) or not isinstance(stage, numbers.Integral) or stage not in ZERO_STAGES:
         raise ValueError(f"stage 应是 {ZERO_STAGES} 之一（整数），收到 {stage!r}")
     for name, value in (("param_bytes", param_bytes), ("grad_bytes", grad_bytes), ("optimizer_bytes", optimizer_bytes)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"{name} 应是正的有限字节数，收到 {value!r}")
-    p, n_params, stage = int(world_size), int(n_params), int(stage)
+    stage = int(stage)
     params = param_bytes * n_params / (p if stage >= 3 else 1)
     grads = grad_bytes * n_params / (p if stage >= 2 else 1)
     optim = optimizer_bytes * n_params / (p if stage >= 1 else 1)

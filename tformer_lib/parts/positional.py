@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from .._checks import broadcast_shape, dropout_rate, finite_positive, last_dim, positive_int, tensor_with_dim
+from .._checks import broadcast_shape, dropout_rate, finite_positive, last_dim, non_negative_int, positive_int, tensor_with_dim
 from .rope_scaling import RopeScaling, scaled_rope_angles
 
 
@@ -40,10 +40,7 @@ def _check_positions(x: torch.Tensor, start: int, max_len: int, d_model: int) ->
     tensor_with_dim("x", x, 3, "(B, T, d_model)")
     last_dim("x", x, d_model, "这个位置编码模块的 d_model")
     length = x.shape[1]
-    if isinstance(start, bool) or not isinstance(start, int):
-        raise TypeError(f"start 应是整数，收到 {type(start).__name__} {start!r}")
-    if start < 0:
-        raise ValueError(f"start 应 ≥ 0，收到 {start}")
+    start = non_negative_int("start", start)
     if start + length > max_len:
         raise ValueError(
             f"x 的长度 {length} 从位置 {start} 开始，超出了位置编码的 max_len={max_len}；"
@@ -103,7 +100,8 @@ def _check_rope_angles(positions, d, base) -> None:
         raise TypeError(f"positions 应是整数（位置插值时可为浮点）的张量，收到 {got}")
     if positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
         raise ValueError("positions 里有 NaN 或 inf：位置应是有限的数")
-    if isinstance(d, bool) or not isinstance(d, int) or d <= 0 or d % 2:
+    d = positive_int("d", d)
+    if d % 2:
         raise ValueError(f"d 应是正的偶数（每头维度），收到 {d!r}")
     finite_positive("base", base)
 

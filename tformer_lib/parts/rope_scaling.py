@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .._checks import finite_real
+from .._checks import finite_real, positive_int
 
 __all__ = ["ROPE_SCALINGS", "RopeScaling", "rope_frequencies", "scaled_rope_angles", "yarn_attention_factor"]
 
@@ -105,7 +105,8 @@ def _yarn_ramp(d: int, base: float, scaling: RopeScaling) -> torch.Tensor:
 
 def rope_frequencies(d: int, base: float = 10000.0, scaling: RopeScaling | None = None) -> tuple[torch.Tensor, float]:
     r"""缩放后的频率 :math:`\theta'_i` ``(d/2,)``（float64）与 cos、sin 要乘的注意力系数（YaRN 以外为 1）。"""
-    if isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2:
+    d = positive_int("d", d)
+    if d < 2 or d % 2:
         raise ValueError(f"d 应是 ≥ 2 的偶数（每头维度），收到 {d!r}")
     base = finite_real("base", base, above=1.0)
     if scaling is not None and not isinstance(scaling, RopeScaling):

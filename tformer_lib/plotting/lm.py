@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tformer_lib._checks import positive_int
 from tformer_lib.plotting._common import blank_figure, check_labels, finite_array, new_figure, to_numpy
 from tformer_lib.plotting.heatmap import plot_heatmap
 
@@ -216,8 +217,7 @@ def plot_lm_metrics(metrics: Any, *, smooth: int = 20, title: str | None = None)
     for i, r in enumerate(rows):
         if not isinstance(r, Mapping) or not {"step", "loss", "lr"} <= set(r):
             raise ValueError(f"metrics[{i}] 应是含 step、loss、lr 的字典，收到 {r!r}")
-    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
-        raise ValueError(f"smooth 应为正整数，收到 {smooth!r}")
+    smooth = positive_int("smooth", smooth)
     steps = np.array([r["step"] for r in rows], dtype=float)
     loss = np.array([r["loss"] for r in rows], dtype=float)
     k = min(smooth, len(loss))

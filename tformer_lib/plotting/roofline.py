@@ -10,19 +10,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from tformer_lib._checks import positive_ints
+from tformer_lib._checks import finite_positive, positive_ints
 from tformer_lib.plotting._common import new_figure
 
 __all__ = ["plot_arithmetic_intensity", "plot_roofline"]
 
 _DECODE, _PREFILL, _BALANCE = "#d62728", "#1f77b4", "#555555"
-
-
-def _positive_number(name: str, value) -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not value > 0
-            or not np.isfinite(value)):
-        raise ValueError(f"{name} 应为有限的正数，收到 {value!r}")
-    return float(value)
 
 
 # ---------------------------------------------------------------- 算术强度与屋顶线
@@ -57,7 +50,7 @@ def plot_arithmetic_intensity(config, *, batch_sizes: Sequence[int] = (1, 2, 4, 
     if (peak_flops is None) != (bandwidth is None):
         raise ValueError("peak_flops 与 bandwidth 要么都给（画机器平衡点），要么都不给")
     if peak_flops is not None:
-        balance = machine_balance(_positive_number("peak_flops", peak_flops), _positive_number("bandwidth", bandwidth))
+        balance = machine_balance(finite_positive("peak_flops", peak_flops), finite_positive("bandwidth", bandwidth))
         ax.axhline(balance, color=_BALANCE, ls=":", lw=1.5, label=f"机器平衡点 峰值÷带宽 ≈ {balance:.3g} FLOP/字节")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -90,8 +83,8 @@ def plot_roofline(points: Mapping[str, float], peak_flops: float, bandwidth: flo
     unknown = [k for k in (measured or {}) if k not in points]
     if unknown:
         raise ValueError(f"measured 里的 {unknown} 不在 points 里：实测点画在同一标签的强度上，points 应有 {list(points)}")
-    balance = machine_balance(_positive_number("peak_flops", peak_flops), _positive_number("bandwidth", bandwidth))
-    values = {k: _positive_number(f"points[{k!r}]", v) for k, v in points.items()}
+    balance = machine_balance(finite_positive("peak_flops", peak_flops), finite_positive("bandwidth", bandwidth))
+    values = {k: finite_positive(f"points[{k!r}]", v) for k, v in points.items()}
     lo, hi = min(min(values.values()), balance) / 4, max(max(values.values()), balance) * 4
     xs = np.geomspace(lo, hi, 200)
     if ax is None:
@@ -106,7 +99,7 @@ def plot_roofline(points: Mapping[str, float], peak_flops: float, bandwidth: flo
         color = colors[i % len(colors)]
         ax.plot([x], [attainable_flops(x, peak_flops, bandwidth)], "o", color=color, ms=7, label=label)
         if measured and label in measured:
-            ax.plot([x], [_positive_number(f"measured[{label!r}]", measured[label])], "o", mfc="none", color=color, ms=9)
+            ax.plot([x], [finite_positive(f"measured[{label!r}]", measured[label])], "o", mfc="none", color=color, ms=9)
     if measured and any(label in measured for label in values):  # 图例里说明空心点（灰色的示意，颜色随各点）
         ax.plot([], [], "o", mfc="none", color="#555555", ms=9, label="空心点：实测 FLOP/s（实心点 = 屋顶上的理论值）")
     ax.set_xscale("log")

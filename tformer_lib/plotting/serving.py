@@ -93,7 +93,7 @@ def plot_slot_timeline(timeline: Mapping[str, Sequence] | Sequence, *, max_batch
                        title: str | None = None, show_ids: bool | None = None):
     """哪个请求在哪一步占着哪个批槽位：每种调度一个面板，上下排列、横轴（引擎步）对齐，一色一个请求，白格是空槽。
 
-    ``timeline``：``{"static": [...], "continuous": [...]}``（:func:`~tformer_lib.serving.benchmark.batching_benchmark`
+    ``timeline``：``{"static": [...], "continuous": [...]}``（:func:`~tformer_lib.serving.measure.batching_benchmark`
     结果里的 ``"timeline"``），每个值是每个请求的 ``[(步, 槽位), …]``；也可以只给一份列表。
     面板标题写出步数与槽位利用率（:func:`slot_utilization`）。``show_ids``：格子里写请求号（默认：格子不太多时写）。
     """
@@ -258,7 +258,7 @@ def plot_block_table(state, *, title: str | None = None, columns: int | None = N
 
 
 def plot_speculative(result: Mapping, *, title: str | None = None):
-    """推测解码的测量（:func:`~tformer_lib.serving.benchmark.speculative_benchmark` 的结果）与公式并排，三个面板各用自己的纵轴：
+    """推测解码的测量（:func:`~tformer_lib.serving.measure.speculative_benchmark` 的结果）与公式并排，三个面板各用自己的纵轴：
 
     左：每个 k 的接受率 α（柱，0–1）；中：每次目标前向实际产出的词元数（点）与公式 (1−α^{k+1})/(1−α)（线），
     虚线是上限 k + 1；右：实测加速比（中位数，竖线 = 各轮的范围）与期望加速比 (1−α^{k+1}) / ((1−α)(kc+1))
@@ -275,9 +275,7 @@ def plot_speculative(result: Mapping, *, title: str | None = None):
         if not isinstance(row, Mapping) or not need <= set(row):
             missing = sorted(need - set(row)) if isinstance(row, Mapping) else sorted(need)
             raise ValueError(f"result['rows'] 的每一行应含 {sorted(need)}，rows[{i}] 缺 {missing}")
-        k = row["k"]
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"result['rows'][{i}]['k'] 应是正整数（每次猜的词元数），收到 {k!r}")
+        k = positive_int(f"result['rows'][{i}]['k']", row["k"])
         numbers = {key: finite_number(row[key], f"result['rows'][{i}]['{key}']") for key in sorted(need - {"k"})}
         if not 0 <= numbers["acceptance_rate"] <= 1:
             raise ValueError(f"result['rows'][{i}]['acceptance_rate'] 应是 0 到 1 的比例，收到 {numbers['acceptance_rate']:g}")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from .._checks import positive_int
+
 __all__ = ["SCALE_DTYPE", "SCALE_EPS", "int_range", "symmetric_scale", "quantize_symmetric", "dequantize_symmetric",
            "quantize_groupwise", "dequantize_groupwise"]
 
@@ -85,8 +87,7 @@ def dequantize_symmetric(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtyp
 
 
 def _groups(name: str, w: torch.Tensor, group_size: int) -> int:
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size 应为正整数，收到 {group_size!r}")
+    group_size = positive_int("group_size", group_size)
     if w.shape[-1] % group_size != 0:
         raise ValueError(
             f"{name} 的最后一维（in_features）是 {w.shape[-1]}，不是 group_size={group_size} 的整数倍："

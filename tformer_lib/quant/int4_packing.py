@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from .._checks import non_negative_int
+
 __all__ = ["pack_int4", "unpack_int4", "packed_length"]
 
 _OFFSET = 8  # q + 8：把 [−8, 7] 移到 [0, 15]
@@ -39,7 +41,8 @@ def unpack_int4(packed: torch.Tensor, n: int) -> torch.Tensor:
         raise TypeError(f"packed 应是 uint8 张量，收到 {getattr(packed, 'dtype', type(packed).__name__)}")
     if packed.dim() == 0:
         raise ValueError("packed 至少要有一维（沿最后一维解包）")
-    if isinstance(n, bool) or not isinstance(n, int) or packed_length(n) != packed.shape[-1]:
+    n = non_negative_int("n", n)
+    if packed_length(n) != packed.shape[-1]:
         raise ValueError(f"n={n!r} 与 packed 的最后一维 {packed.shape[-1]} 不符：应有 ⌈n/2⌉ = packed.shape[-1]")
     low, high = packed & 0x0F, packed >> 4  # (..., ⌈n/2⌉) 各一份
     u = torch.stack([low, high], dim=-1).flatten(-2)[..., :n]  # (..., n)：交错还原，去掉补的半个字节

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import positive_int
 from .affine import dequantize_groupwise, dequantize_symmetric, quantize_groupwise, quantize_symmetric
 from .int4_packing import pack_int4, packed_length, unpack_int4
 
@@ -132,7 +133,8 @@ class Int4Linear(_QuantizedLinear):
                             f"{tuple(getattr(packed, 'shape', ()))}")
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size not in INT4_GROUP_SIZES:
             raise ValueError(f"group_size 应是 {INT4_GROUP_SIZES} 之一，收到 {group_size!r}")
-        if isinstance(in_features, bool) or not isinstance(in_features, int) or in_features < 1 or in_features % group_size:
+        in_features = positive_int("in_features", in_features)
+        if in_features % group_size:
             raise ValueError(f"in_features 应是 group_size={group_size} 的正整数倍，收到 {in_features!r}")
         if packed.shape[1] != packed_length(in_features):
             raise ValueError(f"packed 的第二维应是 ⌈in_features/2⌉ = {packed_length(in_features)}，收到 {packed.shape[1]}")

@@ -24,7 +24,7 @@ import threading
 
 import torch
 
-from .._checks import check_suppress_ids, flag, positive_int
+from .._checks import check_suppress_ids, flag, non_negative_int, positive_int
 from ..specials import PAD
 from .paged_cache import PagedKVCache
 from .paged_inputs import PagedLayer
@@ -150,7 +150,7 @@ class PagedDecodeStep:
         n = read_blocks(longest, block, self._blocks_per_seq(cache))
         tokens, positions, write, tables = [[PAD]] * b, [[0]] * b, [cache.scratch_slot] * b, [[0] * n] * b
         for slot, (token, position, write_slot, table) in rows.items():
-            if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < b:
+            if non_negative_int("rows 的键", slot) >= b:
                 raise ValueError(f"rows 的键应是 [0, max_batch={b}) 内的槽位号，收到 {slot!r}")
             tokens[slot], positions[slot], write[slot] = [token], [position], write_slot
             tables[slot] = table + [0] * (n - len(table))  # 补齐的块号被掩码挡住

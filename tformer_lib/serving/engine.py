@@ -31,7 +31,7 @@ from torch import nn
 
 from ..lm.generate import check_eos_id
 from ..specials import BOS, PAD
-from .._checks import check_suppress_ids, flag, language_model
+from .._checks import check_suppress_ids, flag, language_model, positive_int
 from .decode_step import PagedDecodeStep
 from .paged_cache import PagedKVCache
 from .ragged import check_prompts
@@ -94,13 +94,13 @@ class Engine:
                 raise ValueError("adapters 装在另一个模型上：AdapterSet 要装在交给 Engine 的同一个 model 对象上")
         flag("prefix_caching", prefix_caching)
         suppress_ids = check_suppress_ids(suppress_ids, model.config.vocab_size)
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch 应为正整数，收到 {max_batch!r}")
-        if isinstance(min_prefill, bool) or not isinstance(min_prefill, int) or not 1 <= min_prefill <= max_batch:
+        max_batch, min_prefill = positive_int("max_batch", max_batch), positive_int("min_prefill", min_prefill)
+        if min_prefill > max_batch:
             raise ValueError(f"min_prefill 应是 [1, max_batch={max_batch}] 内的整数，收到 {min_prefill!r}")
         max_len = model.config.max_len
         token_budget = max_len + max_batch if token_budget is None else token_budget
-        if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < max_len:
+        token_budget = positive_int("token_budget", token_budget)
+        if token_budget < max_len:
             raise ValueError(f"token_budget 应是不小于 max_len={max_len} 的整数（否则长提示永远进不来），收到 {token_budget!r}")
         check_eos_id(eos_id, model.config.vocab_size, suppress_ids)
         self.model, self.max_batch, self.token_budget = model, max_batch, token_budget

@@ -39,8 +39,7 @@ def check_prompts(model: nn.Module, prompts, max_new_tokens) -> list[list[int]]:
             raise ValueError(f"prompts[{i}] 应是非空的整数 id 列表，收到 {prompt!r:.60}")
         if min(ids) < 0 or max(ids) >= vocab:
             raise ValueError(f"prompts[{i}] 里的 id 应在 [0, {vocab}) 内，收到范围 [{min(ids)}, {max(ids)}]")
-        if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 0:
-            raise ValueError(f"max_new_tokens 应为非负整数，第 {i} 条收到 {n_new!r}")
+        n_new = non_negative_int(f"max_new_tokens（第 {i} 条）", n_new)
         if len(ids) + n_new > max_len:
             raise ValueError(
                 f"prompts[{i}] 长度 {len(ids)} 加 max_new_tokens={n_new} 超过了上下文长度 max_len={max_len}"

@@ -92,7 +92,7 @@ def layer_skip_draft(model: nn.Module, n_layers: int) -> nn.Module:
     if not isinstance(getattr(model, "blocks", None), nn.ModuleList):
         raise TypeError(f"model 应是有 .blocks 的 DecoderOnlyLM，收到 {type(model).__name__}")
     total = len(model.blocks)
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers < total:
+    if positive_int("n_layers", n_layers) >= total:
         raise ValueError(f"n_layers 应是 [1, {total - 1}] 内的整数（目标模型有 {total} 块），收到 {n_layers!r}")
     draft = copy.copy(model)  # 浅拷贝：子模块与目标共享
     draft._modules = dict(model._modules)
@@ -123,8 +123,7 @@ def speculative_generate(
     language_model("target", target)
     language_model("draft", draft)
     suppress_ids = check_suppress_ids(suppress_ids)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k 应为正整数，收到 {k!r}")
+    k = positive_int("k", k)
     if target.config.vocab_size != draft.config.vocab_size:
         raise ValueError(
             f"draft 的词表大小 {draft.config.vocab_size} 与 target 的 {target.config.vocab_size} 不同：两者必须共用词表"

@@ -44,8 +44,7 @@ def make_workload(prompts: Sequence[Sequence[int]], n_requests: int, *, max_len:
     不超出上下文），到达间隔取均值 ``1/rate`` 秒的指数分布。同一个 ``seed`` 给出同一份负载。"""
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
         raise ValueError(f"prompts 应是非空的提示列表（每条是 id 列表），收到 {prompts!r:.40}")
-    if isinstance(n_requests, bool) or not isinstance(n_requests, int) or n_requests < 1:
-        raise ValueError(f"n_requests 应为正整数，收到 {n_requests!r}")
+    n_requests = positive_int("n_requests", n_requests)
     positive_int("max_len", max_len)
     finite_positive("mean_new_tokens", mean_new_tokens)
     finite_positive("rate", rate)

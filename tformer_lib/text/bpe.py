@@ -31,6 +31,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
+from .._checks import positive_int
 from ..specials import SPECIAL_TOKENS, UNK
 from ._common import UNK_TEXT, check_text, check_texts, id_list, read_json, split_at_specials, with_specials, write_json
 
@@ -87,10 +88,8 @@ def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> 
     次数相同时取 id 较小的那一对，所以结果只取决于文本，不取决于运行环境。
     """
     texts = check_texts("texts", texts, utf8=True)
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < FIRST_MERGE_ID:
-        raise ValueError(f"vocab_size 应是 ≥{FIRST_MERGE_ID} 的整数（4 个特殊词元 + 256 个字节），收到 {vocab_size!r}")
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ValueError(f"min_frequency 应是 ≥1 的整数，收到 {min_frequency!r}")
+    vocab_size = positive_int("vocab_size（4 个特殊词元 + 256 个字节 + 合并）", vocab_size, minimum=FIRST_MERGE_ID)
+    min_frequency = positive_int("min_frequency", min_frequency)
 
     # 1) 预分词并数每个小块出现几次；每个不同的小块只存一份，是一串字节 id
     chunk_counts = Counter(chunk for text in texts for chunk in pretokenize(text))

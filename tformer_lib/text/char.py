@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from .._checks import one_of
+from .._checks import one_of, positive_int
 from ..data.vocab import Vocab
 from ..specials import SPECIAL_TOKENS, UNK
 from ..unknown_tokens import ON_UNKNOWN, report_unknown
@@ -49,8 +49,7 @@ class CharTokenizer:
     def build(cls, texts: Iterable[str], min_freq: int = 1) -> "CharTokenizer":
         """从训练文本统计字频建表；出现少于 ``min_freq`` 次的字不收录（之后编码为 UNK）。"""
         texts = check_texts("texts", texts)
-        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
-            raise ValueError(f"min_freq 应是 ≥1 的整数，收到 {min_freq!r}")
+        min_freq = positive_int("min_freq", min_freq)
         counts = Counter(c for t in texts for c in t)
         return cls(sorted((c for c, n in counts.items() if n >= min_freq), key=lambda c: (-counts[c], c)))
 

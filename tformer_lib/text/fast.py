@@ -18,6 +18,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
+from .._checks import positive_int  # noqa: E402
 from ..specials import SPECIAL_TOKENS, UNK  # noqa: E402
 from ._common import UNK_TEXT, check_text, check_texts, id_list, split_at_specials, with_specials, write_text  # noqa: E402
 from .bpe import FIRST_MERGE_ID  # noqa: E402
@@ -44,10 +45,10 @@ class FastBPETokenizer:
     def train(cls, texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> "FastBPETokenizer":
         """在 ``texts`` 上训练字节级 BPE，词表 ``vocab_size``（含 4 个特殊词元和 256 个字节）。"""
         texts = check_texts("texts", texts, utf8=True)
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < FIRST_MERGE_ID:
+        vocab_size = positive_int("vocab_size", vocab_size)
+        if vocab_size < FIRST_MERGE_ID:
             raise ValueError(f"vocab_size 应是 ≥{FIRST_MERGE_ID} 的整数（4 个特殊词元 + 256 个字节），收到 {vocab_size!r}")
-        if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-            raise ValueError(f"min_frequency 应是 ≥1 的整数，收到 {min_frequency!r}")
+        min_frequency = positive_int("min_frequency", min_frequency)
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()

@@ -87,8 +87,7 @@ def _default_max_len(model: nn.Module, src: torch.Tensor, max_len: int | None) -
     if max_len is None:
         default = src.shape[1] + 10
         return default if limit is None else min(default, limit)
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len 应为正整数，收到 {max_len!r}")
+    max_len = positive_int("max_len", max_len)
     if limit is not None and max_len > limit:
         raise ValueError(
             f"max_len={max_len} 超过了模型能表示的目标长度 config.max_len={limit}"
@@ -196,8 +195,8 @@ def sample_decode(
     """
     if is_greedy_temperature(check_temperature("temperature", temperature)):
         return greedy_decode(model, src, max_len, use_cache, True, bos, eos)
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k 应为正整数或 None，收到 {top_k!r}")
+    if top_k is not None:
+        top_k = positive_int("top_k", top_k)
 
     def pick(logits: torch.Tensor) -> torch.Tensor:  # logits 里 PAD、BOS 已是 −∞
         logits = apply_temperature(logits, temperature)  # (B, V)：logits / T

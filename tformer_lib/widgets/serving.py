@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import ipywidgets as widgets
 
+from tformer_lib._checks import positive_int
 from tformer_lib.widgets.base import MAX_FRAMES, Explorer
 
 __all__ = ["block_table_states", "block_table_explorer", "slot_timelines", "slot_timeline_explorer"]
@@ -23,8 +24,7 @@ def _requests(requests) -> list[tuple[list[int], int]]:
             prompt, n_new = r if isinstance(r, tuple) and len(r) == 2 else (r.prompt, r.max_new_tokens)
         except (AttributeError, TypeError, ValueError) as exc:
             raise TypeError(f"requests[{i}] 应是 (提示 id 列表, max_new_tokens) 或 WorkItem，收到 {r!r:.60}") from exc
-        if isinstance(n_new, bool) or not isinstance(n_new, int) or n_new < 1:
-            raise ValueError(f"requests[{i}] 的 max_new_tokens 应是正整数（不生成词元的请求不占槽位、也不占块），收到 {n_new!r}")
+        n_new = positive_int(f"requests[{i}] 的 max_new_tokens", n_new)
         out.append((list(prompt), n_new))
     if not out:
         raise ValueError("requests 为空")
@@ -32,7 +32,8 @@ def _requests(requests) -> list[tuple[list[int], int]]:
 
 
 def _frames(max_frames) -> int:
-    if isinstance(max_frames, bool) or not isinstance(max_frames, int) or not 2 <= max_frames <= MAX_FRAMES:
+    max_frames = positive_int("max_frames", max_frames)
+    if not 2 <= max_frames <= MAX_FRAMES:
         raise ValueError(f"max_frames 应是 [2, {MAX_FRAMES}] 内的整数（至少留第一步与最后一步），收到 {max_frames!r}")
     return max_frames
 
@@ -43,9 +44,7 @@ def _max_batches(max_batches) -> list[int]:
     values = list(max_batches)
     if not values or len(values) > MAX_FRAMES:
         raise ValueError(f"max_batches 应有 1 到 {MAX_FRAMES} 个取值，收到 {values!r}")
-    for b in values:
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ValueError(f"max_batches 里每个取值应是正整数（同时运行的序列上限），收到 {b!r}")
+    values = [positive_int("max_batches 里每个取值", b) for b in values]
     if len(set(values)) != len(values):
         raise ValueError(f"max_batches 里有重复的取值：{values}")
     return values
