@@ -4,7 +4,7 @@
 :func:`tformer_lib.lm.load_hf` 读成我们的模型——两边算的是逐元素相同的一组数（先核对 logits）。两种大小：
 随书唐诗模型的尺寸（词表 4457、d_model 128、4 块）与一个大一些、仍放得进这台 CPU 的（d_model 512、8 块）。
 
-同一进程、1 个线程、交替测量（每一轮各条路径各跑一次），报告中位数与四分位范围，以及逐轮相除的比值：
+同一进程、1 个线程、交替测量（每一轮各条路径各跑一次，相邻两轮顺序相反），报告中位数与四分位范围，以及逐轮相除的比值：
 
 - **训练一步**：前向 + 交叉熵 + 反向 + AdamW（两边同样的 ``torch.optim.AdamW``）；
 - **预填充**：一次前向 ``(1, 64)``，不求梯度；
@@ -157,7 +157,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
     steps = {"ours": _train_step(ours_t, tokens, hf=False), "transformers": _train_step(theirs_t, tokens, hf=True)}
     first = {name: fn() for name, fn in steps.items()}
     result["train_first_loss_diff"] = abs(first["ours"] - first["transformers"])
-    times = interleaved_samples(steps, rounds, warmup=1)
+    times = interleaved_samples(steps, rounds, warmup=1, alternate=True)
     result["train_step"] = {"seconds": {k: _summary(v) for k, v in times.items()},
                             "ours/transformers": ratio_summary(times["ours"], times["transformers"]), "batch": [batch, seq]}
 
@@ -165,7 +165,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
     prompt = torch.randint(3, vocab, (1, 64), generator=g)  # (1, 64)
     with torch.no_grad():
         times = interleaved_samples({"ours": lambda: ours(prompt), "transformers": lambda: theirs(input_ids=prompt)},
-                                    rounds, warmup=1)
+                                    rounds, warmup=1, alternate=True)
     result["prefill"] = {"seconds": {k: _summary(v) for k, v in times.items()},
                          "ours/transformers": ratio_summary(times["ours"], times["transformers"])}
 
@@ -192,7 +192,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
                 do_sample=False, suppress_tokens=[0, 1], pad_token_id=0, eos_token_id=None),
         }
         with torch.no_grad():
-            times = interleaved_samples(paths, rounds, warmup=1)
+            times = interleaved_samples(paths, rounds, warmup=1, alternate=True)
         result["decode"][f"B{b}"] = {
             "ms_per_step": {k: _summary([t / new_tokens * 1e3 for t in v]) for k, v in times.items()},
             "generate/transformers": ratio_summary(times["generate"], times["transformers"]),
@@ -225,7 +225,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
              "engine_compiled_same_kv_memory": lambda: engine_run(compiled_step, **same_memory),
              "transformers": lambda: _hf_static_batches(theirs, requests, 8)}
     with torch.no_grad():
-        times = interleaved_samples(paths, rounds, warmup=1)
+        times = interleaved_samples(paths, rounds, warmup=1, alternate=True)
     result["serving"] = {"requests": len(requests), "useful_tokens": useful,
                          "tokens_per_second": {k: _summary([useful / t for t in v]) for k, v in times.items()},
                          "engine/transformers_throughput": ratio_summary(times["transformers"], times["engine"]),

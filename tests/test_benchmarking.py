@@ -30,6 +30,16 @@ def test_interleaved_runs_each_function_once_per_round_in_order():
         interleaved_samples({"a": lambda: None}, rounds=0)
 
 
+def test_interleaved_can_alternate_the_order_each_round():
+    calls = []
+    samples = interleaved_samples({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3, warmup=1,
+                                  alternate=True)
+    assert calls == ["a", "b"] + ["a", "b", "b", "a", "a", "b"]  # 热身，然后 A B、B A、A B
+    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
+    with pytest.raises(TypeError, match="alternate"):
+        interleaved_samples({"a": lambda: None}, rounds=1, alternate="yes")
+
+
 def test_ratio_summary_quartiles():
     r = ratio_summary([1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 1.0, 1.0, 1.0, 1.0])
     assert r["ratios"] == [1.0, 2.0, 3.0, 4.0, 5.0] and (r["q1"], r["median"], r["q3"]) == (2.0, 3.0, 4.0)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._checks import flag, positive_int
 from ..parts.attention import MultiHeadAttention
 from ..parts.masks import causal_mask, padding_mask
 from ..parts.positional import sinusoidal_positional_encoding
@@ -120,19 +121,22 @@ def _time_once(fn: Callable[[], object]) -> float:
 
 
 def interleaved_samples(fns: Mapping[str, Callable[[], object]], rounds: int,
-                        warmup: int = 2) -> dict[str, list[float]]:
+                        warmup: int = 2, *, alternate: bool = False) -> dict[str, list[float]]:
     """A/B 交替计时：先把每个函数各热身 ``warmup`` 次，再测 ``rounds`` 轮，每轮依次测每个函数一次。
 
     返回 ``{名字: 每轮的秒数列表}``。第 i 轮的各个样本是紧挨着测的，可以两两相除得到第 i 轮的比值。
+    ``alternate=True`` 时奇数轮倒过来测（A B、B A、A B……）：谁先谁后带来的偏差（分配器、缓存里留着的是上一个
+    函数的东西）两边各摊一半。
     """
-    if not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds 应为正整数，收到 {rounds!r}")
+    rounds = positive_int("rounds", rounds)
+    flag("alternate", alternate)
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    order = list(fns.items())
+    for i in range(rounds):
+        for name, fn in (order[::-1] if alternate and i % 2 else order):
             samples[name].append(_time_once(fn))
     return samples
 
