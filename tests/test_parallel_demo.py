@@ -103,6 +103,8 @@ def test_bad_arguments():
         max_param_diff({}, {})
     with pytest.raises(ValueError, match="device='tpu'"):
         WorkerPool(2, device="tpu")
+    with pytest.raises(ValueError, match="launch"):  # GPU 的路在 launch，不在这个演示用的池
+        WorkerPool(2, device="cuda")
     for bad in ((0, 8), (-1, 8), (True, 8), (4, 0)):
         with pytest.raises((TypeError, ValueError), match="n_blocks|length"):
             demo_blocks(*bad)

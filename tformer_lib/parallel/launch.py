@@ -305,11 +305,9 @@ class WorkerPool:
             raise ValueError(f"timeout 应是正的秒数，收到 {timeout!r}")
         import torch.multiprocessing as mp
 
-        if not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda"):
-            raise ValueError(f"device={device!r} 不受支持：WorkerPool 只演示 cpu（gloo）")
+        if device != "cpu":
+            raise ValueError(f"device={device!r} 不受支持：WorkerPool 只演示 CPU（gloo）；GPU 上请用 launch(..., device='cuda')")
         backend = backend_for(device)
-        if backend == "nccl":
-            raise ValueError("WorkerPool 只演示 CPU（gloo）；GPU 上请用 launch(..., device='cuda')")
         self.world_size, self.timeout = world_size, timeout
         self._store = dist.TCPStore(HOST, 0, None, is_master=True, timeout=timedelta(seconds=timeout + STARTUP_TIMEOUT),
                                     wait_for_workers=False)
