@@ -2,7 +2,7 @@
 
 层次（只向下依赖）：config → cache → model（由 MultiHeadAttention、FFN、ResidualNorm 搭成）→ presets / meta
 （真实模型的超参数、meta 设备上搭模型与按部件数参数）→ generate →
-data / quality → training → pretrained → cli；Hugging Face 互通（hf_weights、hf_tokenizer → hf_load、hf_save）
+data / quality → fused_loss → training → pretrained → cli；Hugging Face 互通（hf_weights、hf_tokenizer → hf_load、hf_save）
 只依赖 config 与 model，``safetensors`` 在读写时才导入。
 """
 
@@ -21,6 +21,7 @@ from .quality import (
     sample_poems,
     verbatim_line_rate,
 )
+from .fused_loss import linear_cross_entropy
 from .training import LMTrainer, WarmupCosine, load_lm, make_adamw, save_lm_checkpoint
 from .pretrained import POEM_RECIPE, load_poem_model, poem_data, train_poem_model
 from .presets import PRESETS, PRESET_SOURCES, PUBLISHED_TRAINING_TOKENS, preset

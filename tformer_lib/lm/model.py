@@ -107,7 +107,7 @@ class DecoderOnlyLM(nn.Module):
         return LMCache(len(self.blocks))
 
     def _check_call(self, tokens, cache, attn_mask) -> None:
-        """:meth:`forward` 的参数检查：形状、类型与缓存是否配套（词元 id 的范围要读取值，见 ``_checks.check_values``）。"""
+        """:meth:`forward` 与 :meth:`hidden_states` 的参数检查：形状、类型与缓存是否配套（词元 id 的范围要读取值，见 ``_checks.check_values``）。"""
         tensor_with_dim("tokens", tokens, 2, "(B, T)")
         non_empty_sequence("tokens", tokens, seq_dim=1)
         weight = self.tok_embed.weight
@@ -175,6 +175,21 @@ class DecoderOnlyLM(nn.Module):
     ) -> torch.Tensor:
         """词元 ``tokens`` ``(B, T)`` → 每个位置下一个词元的分数（logits）``(B, T, V)``；
         带 ``cache`` 时接着缓存里的位置往后算（增量解码），``attn_mask`` 是额外的布尔掩码（True = 可以关注）。"""
+        x = self.hidden_states(tokens, cache=cache, positions=positions, attn_mask=attn_mask)  # (B, T, d_model)
+        return self.lm_head(x)  # (B, T, V)
+
+    def hidden_states(
+        self,
+        tokens: torch.Tensor,
+        *,
+        cache: LMCache | None = None,
+        positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """输出层之前的特征（hidden states）：末层归一化后的 ``(B, T, d_model)``，参数与 :meth:`forward` 相同。
+
+        ``forward`` 就是 ``lm_head(hidden_states(...))``；训练时把它与输出层的权重一起交给
+        :func:`~tformer_lib.lm.fused_loss.linear_cross_entropy`，就不必造出 ``(B, T, V)`` 的 logits。"""
         self._check_call(tokens, cache, attn_mask)
         start = cache.length if cache is not None else 0  # 已缓存的位置数
         length = tokens.shape[1]
@@ -192,8 +207,8 @@ class DecoderOnlyLM(nn.Module):
                 x = block(x, mask, cache.layers[i] if cache is not None else None, rope, causal)  # (B, T, d_model)
         if cache is not None:
             cache.length += length
-        # 3) 末层归一化 + 输出层
-        return self.lm_head(self.norm(x))  # (B, T, V)
+        # 3) 末层归一化（输出层在 forward 里）
+        return self.norm(x)  # (B, T, d_model)
 
     def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """词嵌入 + 绝对位置（learned / sinusoidal；RoPE、ALiBi 与 none 在这里不加位置）再过 dropout：``(B, T)`` → ``(B, T, d_model)``。

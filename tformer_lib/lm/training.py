@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from ..training.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, Checkpo
 from ..training.trainer import TrainingDivergedError
 from .config import LMConfig
 from .data import document_layout, loss_targets
+from .fused_loss import linear_cross_entropy
 from .model import DecoderOnlyLM, make_lm
 from .quality import lm_perplexity
 
@@ -98,6 +100,8 @@ class LMTrainer:
     activation_checkpointing: 激活重算（:meth:`~tformer_lib.lm.DecoderOnlyLM.set_activation_checkpointing`）。
     document_mask: 文档掩码（document masking）：每个块里的每篇文档位置从 0 数起、只看自己
         （:func:`~tformer_lib.lm.data.document_layout`）；默认 False = 只用因果掩码，后面的文档看得见前面的。
+    fused_loss: 输出层与交叉熵融合（:func:`~tformer_lib.lm.fused_loss.linear_cross_entropy`）：不造出
+        ``(B·L, V)`` 的 logits 与它的梯度，损失与默认做法相同（到浮点误差）。只用于没有被 DDP 包起来的模型。
     ``history``：``step_loss``/``step_lr`` 每步一个数，``evals`` 是每次评估的字典（step、valid_loss、valid_ppl）。
     """
 
@@ -122,6 +126,7 @@ class LMTrainer:
         autocast: str | None = None,
         activation_checkpointing: bool = False,
         document_mask: bool = False,
+        fused_loss: bool = False,
     ):
         if not isinstance(model, DecoderOnlyLM):
             raise TypeError(f"model 应是 make_lm(config) 得到的 DecoderOnlyLM，收到 {type(model).__name__}")
@@ -151,6 +156,7 @@ class LMTrainer:
         if progress is not None:
             flag("progress", progress)
         flag("verbose", verbose)
+        self.fused_loss = flag("fused_loss", fused_loss)
         model.set_activation_checkpointing(activation_checkpointing)
         self.accumulation_steps, self.autocast, self.document_mask = accumulation_steps, autocast, document_mask
         device_type = next(model.parameters()).device.type
@@ -186,6 +192,8 @@ class LMTrainer:
         路由辅助损失 × ``share``（这个微批占整批的份额；稠密模型这一项是 0）。日志与返回值只记交叉熵，
         稠密与 MoE 的损失才能直接比较。
         """
+        if self.fused_loss:
+            return self._fused_loss(inputs, targets, n_targets, share)
         layout = {}
         if self.document_mask:  # 每篇文档位置从 0 数、只看自己：positions (B, L)，attn_mask (B, 1, L, L)
             layout = dict(zip(("positions", "attn_mask"), document_layout(inputs)))
@@ -200,6 +208,27 @@ class LMTrainer:
         else:
             ce = F.cross_entropy(logits, targets.flatten(), ignore_index=PAD, reduction="sum") / n_targets
         lm = getattr(self.model, "module", self.model)  # DDP 包着时取里面的模型
+        if not lm.moe_layers():
+            return ce, ce
+        return ce + share * lm.moe_loss().float(), ce
+
+    def _fused_loss(self, inputs: torch.Tensor, targets: torch.Tensor, n_targets: int | None,
+                    share: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``fused_loss=True`` 时的 :meth:`_loss`：特征 ``(B·L, d_model)`` 与输出层的权重直接进融合的交叉熵。"""
+        lm = self.model
+        if hasattr(lm, "module"):  # DDP 的梯度同步挂在它自己的 forward 上，绕过 forward 就不同步
+            raise ValueError("fused_loss=True 需要没有包装的模型（DecoderOnlyLM）：DDP 的梯度同步经过它的 forward，"
+                             "而融合的损失只调用 hidden_states；请用 fused_loss=False")
+        layout = {}
+        if self.document_mask:  # 每篇文档位置从 0 数、只看自己：positions (B, L)，attn_mask (B, 1, L, L)
+            layout = dict(zip(("positions", "attn_mask"), document_layout(inputs)))
+        precision = torch.autocast(inputs.device.type, AUTOCAST_DTYPES[self.autocast]) if self.autocast else nullcontext()
+        with precision:  # autocast 下特征可能是 16 位；融合的损失逐块转成 float32
+            hidden = lm.hidden_states(inputs, **layout).flatten(0, 1)  # (B·L, d_model)
+        reduction = "mean" if n_targets is None else "sum"
+        ce = linear_cross_entropy(hidden, lm.lm_head.weight, targets.flatten(), ignore_index=PAD, reduction=reduction)
+        if n_targets is not None:
+            ce = ce / n_targets
         if not lm.moe_layers():
             return ce, ce
         return ce + share * lm.moe_loss().float(), ce

@@ -33,6 +33,9 @@ class DistributedLMTrainer(LMTrainer):
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         if self.batch_size % self.world_size != 0:
             raise ValueError(f"batch_size={self.batch_size} 不能被进程数 world_size={self.world_size} 整除")
+        if self.fused_loss and self.world_size > 1:
+            raise ValueError("fused_loss=True 需要没有包装的模型：DDP 的梯度同步经过模型的 forward，"
+                             "而融合的损失只调用 hidden_states；多进程训练请用 fused_loss=False")
         # DDP 构造时把 rank 0 的参数广播给其他进程：即使各进程初始化不同，起点也相同
         self.ddp = DistributedDataParallel(model) if self.world_size > 1 else None
 
