@@ -7,7 +7,7 @@ import torch
 
 from tformer_lib.lm import LMConfig, generate, make_lm
 from tformer_lib.serving import Engine, PagedKVCache, Sampling
-from tformer_lib.serving.decode_step import PagedDecodeStep, prefill_width, read_blocks
+from tformer_lib.serving.decode_step import PagedDecodeStep, prefill_rows, read_blocks
 
 CONFIGS = [
     dict(positional="learned"),
@@ -89,13 +89,13 @@ def test_idle_rows_write_only_the_scratch_slot():
     assert cache.scratch_slot == 24 and cache.k[0].shape[0] == 25
     before = [s.clone() for s in cache.k + cache.v]
     step = PagedDecodeStep(model, 3, (0, 1))
-    step.decode(cache, {})  # 三行全空：只写草稿槽
+    step.step(cache, {})  # 三行全空：只写草稿槽
     for old, new in zip(before, cache.k + cache.v):
         assert torch.equal(old[:24], new[:24]) and not torch.equal(old[24], new[24])
 
 
-def test_prefill_width_and_read_blocks_are_powers_of_two_within_the_context():
-    assert [prefill_width(n, 48) for n in (1, 8, 9, 16, 17, 33, 48)] == [8, 8, 16, 16, 32, 48, 48]
+def test_prefill_rows_and_read_blocks_are_powers_of_two():
+    assert [prefill_rows(n) for n in (0, 1, 8, 9, 16, 17, 33, 48)] == [0, 8, 8, 16, 16, 32, 64, 64]
     # block_size 4、max_len 48 → 至多 12 块
     assert [read_blocks(n, 4, 12) for n in (1, 8, 9, 16, 17, 33, 48)] == [2, 2, 4, 4, 8, 12, 12]
 
@@ -179,8 +179,10 @@ def test_a_failed_step_is_undone_and_the_engine_goes_on(mode):
 
 def test_fixed_step_helpers_refuse_bad_arguments():
     model = _model(0)
-    with pytest.raises(ValueError, match="n=18"):
-        prefill_width(18, 17)
+    with pytest.raises(ValueError, match="n"):
+        prefill_rows(-1)
+    with pytest.raises(TypeError, match="n"):
+        prefill_rows(2.0)
     with pytest.raises(ValueError, match="limit"):
         read_blocks(5, 16, 0)
     with pytest.raises(TypeError, match="block_size"):
@@ -193,6 +195,25 @@ def test_fixed_step_helpers_refuse_bad_arguments():
     step = PagedDecodeStep(model, 2, (0, 1))
     cache = PagedKVCache(model, num_blocks=4, block_size=4)
     with pytest.raises(ValueError, match="rows"):
-        step.decode(cache, {-1: (5, 0, 0, [0])})
-    with pytest.raises(ValueError, match="预填充"):
-        step.prefill(cache, [], 0, [], [0])
+        step.step(cache, {-1: ([5], 0, [0], [0])})
+    with pytest.raises(ValueError, match="槽位 1"):
+        step.step(cache, {1: ([], 0, [], [0])})
+    with pytest.raises(ValueError, match="max_len=48"):
+        step.step(cache, {0: ([5, 6], 47, [0, 1], [0])})
+
+
+def test_each_engine_step_is_one_fixed_shape_forward():
+    # 解码与预填充同在一次前向里：前向的次数等于步数，不因每条新请求另算一次
+    model = _model(5, positional="rope", n_kv_heads=2)
+    rng = random.Random(5)
+    engine = Engine(model, max_batch=3, block_size=4, decode_step="fixed")
+    calls = []
+    real = engine._fixed._run
+    engine._fixed._run = lambda *args: calls.append(len(args[1])) or real(*args)  # 记下每次前向的行数
+    prompts = [[rng.randrange(3, 40) for _ in range(rng.randint(2, 12))] for _ in range(7)]
+    requests = [engine.add_request(p, rng.randint(1, 9)) for p in prompts]
+    engine.run()
+    assert [r.output for r in requests] == [_alone(model, p, r.max_new_tokens) for p, r in zip(prompts, requests)]
+    assert len(calls) == engine.steps
+    assert calls[0] == 3 + prefill_rows(sum(len(p) - 1 for p in prompts[:3]))  # 第一步：三条提示一起预填充
+    assert min(calls) == 3  # 只有解码的步：恰好 max_batch 行

@@ -155,7 +155,8 @@ class BlockManager:
         for _ in range(max(0, missing)):
             self.tables[seq_id].append(self._take_block())
         self.lengths[seq_id] = start + n_tokens
-        return [self.slot(seq_id, p) for p in range(start, start + n_tokens)]
+        table, size = self.tables[seq_id], self.block_size  # 这些位置都落在刚分好的块里：不必逐个经过 slot 的检查
+        return [table[p // size] * size + p % size for p in range(start, start + n_tokens)]
 
     def free(self, seq_id: int) -> None:
         """序列结束：引用计数减一，降到 0 的块回到空闲栈。

@@ -71,10 +71,10 @@ class Engine:
     预填充；预填充与解码本来就在同一次前向里（见 :meth:`step`），默认 1 = 一有空槽位就补进来。
     ``adapters``：装在 ``model`` 上的 :class:`~tformer_lib.finetune.multi_lora.AdapterSet`（请求用 ``adapter=`` 选）。
     ``decode_step``：每一步的前向怎么算——``"eager"``（默认）按这一步的实际行数与长度逐算子执行，解码与预填充
-    打包在一次前向里；``"compiled"`` 用 :class:`~.decode_step.PagedDecodeStep` 的固定形状图：解码总是 ``max_batch``
-    行（收集的块数取几种 2 的幂），每条新请求的预填充补齐到 2 的幂，每种形状编译一张图、之后每步复用（第一次遇到
-    一种形状时要先编译，几秒到十几秒）；``"fixed"`` 是同一个固定形状的函数但不编译（核对用）。三者生成的词元相同
-    （测试核对）。有带适配器的请求的步总是走 eager。
+    打包在一次前向里；``"compiled"`` 用 :class:`~.decode_step.PagedDecodeStep` 的固定形状图：也是一步一次前向，
+    一个新词元一行，总是 ``max_batch`` 个槽位行、预填充的其余词元补齐到 2 的幂行（收集的块数取几种 2 的幂），
+    每种形状编译一张图、之后每步复用（第一次遇到一种形状时要先编译，几秒到几十秒）；``"fixed"`` 是同一个
+    固定形状的函数但不编译（核对用）。三者生成的词元相同（测试核对）。有带适配器的请求的步总是走 eager。
     引擎只做推理，第一步时会把模型切到 eval 模式。
     """
 
@@ -275,7 +275,7 @@ class Engine:
 
         有预填充时打包成一行、不补齐，所以预填充不会让解码行陪着算到最长提示那么长，也不必为预填充另做一次前向
         （每次前向都有固定开销，小模型在 CPU 上尤其明显）。``decode_step`` 不是 ``"eager"`` 时改走固定形状的一支
-        （:meth:`_fixed_forward`）：形状要固定才能复用编译好的图，所以解码与各条预填充分开算。
+        （:meth:`_fixed_forward`）：仍是一次前向，但形状要固定才能复用编译好的图，所以每个新词元一行、行数补齐到几种固定的值。
         """
         if self.model.training:  # 引擎只做推理：切到 eval 模式（每步都调用 eval() 本身就要遍历所有子模块）
             self.model.eval()
@@ -307,33 +307,28 @@ class Engine:
 
     def _fixed_forward(self, work: list[tuple[int, Request, list[int]]],
                        admitted: list[tuple[int, Request, list[int]]]) -> None:
-        """用固定形状的 :class:`~.decode_step.PagedDecodeStep`：运行中的序列一起解码一步（每个槽位一行，空槽位也算），
-        新接纳的请求按接纳的次序各自预填充（同一步后接纳的请求共用的前缀块，此时已由前面的请求写好）。"""
+        """用固定形状的 :class:`~.decode_step.PagedDecodeStep`：运行中的序列（各解码一个词元）与新接纳的请求（预填充）
+        一起做一次前向，每个槽位一行、空槽位也算，预填充的其余词元排在后面（同一步后接纳的请求共用的前缀块，
+        每层都先写后读，前面的请求在同一步里写好）。"""
         manager = self.cache.manager
-        picked: list[tuple[int, Request, tuple, int]] = []  # (槽位, 请求, (logits, 贪心, 有限), 行)
-        if work:
-            rows = {}
-            for slot, request, (token,) in work:
-                position = manager.lengths[request.request_id]
-                write = manager.append_slots(request.request_id, 1)[0]
-                rows[slot] = (token, position, write, manager.tables[request.request_id])
-            out = self._fixed.decode(self.cache, rows)  # logits (max_batch, V)、贪心 (max_batch,)、有限 (max_batch,)
-            picked += [(slot, request, out, slot) for slot, request, _ in work]
-        for slot, request, tokens in admitted:
+        rows = {}
+        for slot, request, tokens in work + admitted:
             start = manager.lengths[request.request_id]
             write = manager.append_slots(request.request_id, len(tokens))
-            picked.append((slot, request, self._fixed.prefill(self.cache, tokens, start, write,
-                                                               manager.tables[request.request_id]), 0))
+            rows[slot] = (tokens, start, write, manager.tables[request.request_id])
+        logits, greedy, finite = self._fixed.step(self.cache, rows)  # (max_batch, V)、(max_batch,)、(max_batch,)
+        greedy, finite = greedy.tolist(), finite.tolist()  # 一次搬成 Python 的数，不必逐行取
+        picked = [(slot, request) for slot, request, _ in work + admitted]
         chosen = []  # 先给每个请求选好词元（可能报错），再一起送出：出错时这一步整个撤回，不会只送出一半
-        for slot, request, (logits, greedy, finite), row in picked:
-            if request.sampling is None and bool(finite[row]):
-                chosen.append(int(greedy[row]))  # 图里已按同样的屏蔽取了 argmax
+        for slot, request in picked:
+            if request.sampling is None and finite[slot]:
+                chosen.append(greedy[slot])  # 图里已按同样的屏蔽取了 argmax
             else:  # 采样；或这一行没有可选的词（NaN、+inf），由 greedy_tokens 报出与 eager 相同的错误
-                (token,) = self._next_tokens(logits[row:row + 1], [request])
+                (token,) = self._next_tokens(logits[slot:slot + 1], [request])
                 chosen.append(token)
         self.peak_held_bytes = max(self.peak_held_bytes, self.cache.held_bytes())
         now = time.perf_counter()
-        for (slot, request, _, _), token in zip(picked, chosen):
+        for (slot, request), token in zip(picked, chosen):
             request.slot_steps.append((self.steps, slot))
             self._emit(slot, request, token, now)
 
