@@ -215,6 +215,26 @@ def check_nccl_launch(device: str) -> dict:
             "note": "world_size=1 only: NCCL cannot run 2 ranks on one GPU"}
 
 
+def check_fused_loss_cuda(device: str) -> dict:
+    """输出层与交叉熵融合（linear_cross_entropy）在设备上：损失与两个梯度对照同一设备上的 F.cross_entropy。"""
+    import torch.nn.functional as F
+
+    from tformer_lib.lm import linear_cross_entropy
+
+    g = torch.Generator().manual_seed(6)
+    hidden = torch.randn(300, 64, generator=g).to(device).requires_grad_()
+    weight = (torch.randn(1000, 64, generator=g) / 8).to(device).requires_grad_()
+    targets = torch.randint(1, 1000, (300,), generator=g).to(device)
+    targets[::5] = 0  # PAD：不计损失
+    ref = F.cross_entropy(hidden @ weight.T, targets, ignore_index=0)
+    ref_grads = torch.autograd.grad(ref, (hidden, weight))
+    loss = linear_cross_entropy(hidden, weight, targets, chunk_size=64)
+    grads = torch.autograd.grad(loss, (hidden, weight))
+    rel = [float((a - b).norm() / b.norm()) for a, b in zip(grads, ref_grads)]
+    loss_rel = abs(loss.item() - ref.item()) / abs(ref.item())
+    return {"ok": loss_rel < 1e-5 and max(rel) < 1e-4, "loss_rel_diff": loss_rel, "grad_rel_diff": rel}
+
+
 def check_engine_compiled_cuda(device: str) -> dict:
     from tformer_lib.lm import generate
     from tformer_lib.serving.engine import Engine, Request
@@ -284,8 +304,8 @@ def check_hf_llama_cuda(device: str) -> dict:
             "tokens": mine.numel()}
 
 
-CHECKS = [check_model_cuda_vs_cpu, check_no_host_sync, check_train_cuda, check_triton_compiled, check_nccl_launch,
-          check_engine_compiled_cuda, check_sdpa_bf16, check_hf_llama_cuda]
+CHECKS = [check_model_cuda_vs_cpu, check_no_host_sync, check_train_cuda, check_fused_loss_cuda, check_triton_compiled,
+          check_nccl_launch, check_engine_compiled_cuda, check_sdpa_bf16, check_hf_llama_cuda]
 
 
 def short(numbers: dict) -> str:
