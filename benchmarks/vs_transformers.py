@@ -6,7 +6,10 @@
 
 同一进程、1 个线程、交替测量（每一轮各条路径各跑一次，相邻两轮顺序相反），报告中位数与四分位范围，以及逐轮相除的比值：
 
-- **训练一步**：前向 + 交叉熵 + 反向 + AdamW（两边同样的 ``torch.optim.AdamW``）；
+- **训练一步**：前向 + 交叉熵 + 反向 + AdamW（两边同样的 ``torch.optim.AdamW``）。我们的一栏有两行：同样先造出
+  logits 再 ``F.cross_entropy``（两边做的运算一样），以及库里输出层与交叉熵融合的损失
+  （:func:`~tformer_lib.lm.linear_cross_entropy`，``LMTrainer(fused_loss=True)``；矩阵乘法一样多，只是不造出
+  ``(B·T, V)`` 的 logits 与它的梯度）；
 - **预填充**：一次前向 ``(1, 64)``，不求梯度；
 - **贪心解码**：8 个词元的提示接着生成 64 个，批大小 1 与 16；我们的一栏是第 9 章的 ``generate``（eager）和
   第 14 章编译的静态缓存（``StaticDecoder``，编译时间单独报告），对面是 ``LlamaForCausalLM.generate``；
@@ -70,13 +73,21 @@ def build_pair(size: str, seed: int = 0):
     return ours.eval(), theirs
 
 
-def _train_step(model, tokens, hf: bool):
+def _train_step(model, tokens, hf: bool, fused: bool = False):
+    """训练一步的函数。``fused``：我们的模型改用 :func:`~tformer_lib.lm.linear_cross_entropy`（输出层与交叉熵融合，
+    不造出 ``(B·T, V)`` 的 logits 与它的梯度；``LMTrainer(fused_loss=True)`` 也是这样算）。"""
+    from tformer_lib.lm import linear_cross_entropy
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # (B, T-1)
 
     def step():
-        logits = model(input_ids=inputs).logits if hf else model(inputs)  # (B, T-1, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        if fused:
+            hidden = model.hidden_states(inputs).flatten(0, 1)  # (B·(T-1), d_model)
+            loss = linear_cross_entropy(hidden, model.lm_head.weight, targets.flatten())
+        else:
+            logits = model(input_ids=inputs).logits if hf else model(inputs)  # (B, T-1, V)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -153,13 +164,16 @@ def run(size: str, rounds: int, quick: bool) -> dict:
 
     batch, seq = (2, 32) if quick else (8, min(128, context))
     tokens = torch.randint(3, vocab, (batch, seq), generator=g)  # (B, T)
-    ours_t, theirs_t = copy.deepcopy(ours).train(), copy.deepcopy(theirs).train()
-    steps = {"ours": _train_step(ours_t, tokens, hf=False), "transformers": _train_step(theirs_t, tokens, hf=True)}
+    steps = {"ours": _train_step(copy.deepcopy(ours).train(), tokens, hf=False),
+             "ours_fused_loss": _train_step(copy.deepcopy(ours).train(), tokens, hf=False, fused=True),
+             "transformers": _train_step(copy.deepcopy(theirs).train(), tokens, hf=True)}
     first = {name: fn() for name, fn in steps.items()}
-    result["train_first_loss_diff"] = abs(first["ours"] - first["transformers"])
+    result["train_first_loss_diff"] = max(abs(first[k] - first["transformers"]) for k in ("ours", "ours_fused_loss"))
     times = interleaved_samples(steps, rounds, warmup=1, alternate=True)
     result["train_step"] = {"seconds": {k: _summary(v) for k, v in times.items()},
-                            "ours/transformers": ratio_summary(times["ours"], times["transformers"]), "batch": [batch, seq]}
+                            "ours/transformers": ratio_summary(times["ours"], times["transformers"]),
+                            "ours_fused_loss/transformers": ratio_summary(times["ours_fused_loss"], times["transformers"]),
+                            "batch": [batch, seq]}
 
     # 预填充
     prompt = torch.randint(3, vocab, (1, 64), generator=g)  # (1, 64)
@@ -262,7 +276,8 @@ def main(argv=None) -> int:
     for r in result["sizes"]:
         d1 = r["decode"]["B1"]
         print(f"{r['size']}（{r['parameters']:,} 参数，logits 最大差 {r['max_abs_logit_diff']:.1e}）："
-              f"训练一步 ours/transformers {r['train_step']['ours/transformers']['median']:.2f}×，"
+              f"训练一步 ours/transformers {r['train_step']['ours/transformers']['median']:.2f}×"
+              f"（融合的损失 {r['train_step']['ours_fused_loss/transformers']['median']:.2f}×），"
               f"预填充 {r['prefill']['ours/transformers']['median']:.2f}×，"
               f"B=1 解码 generate {d1['generate/transformers']['median']:.2f}× / 编译 {d1['compiled/transformers']['median']:.2f}×，"
               f"B=16 解码 generate {r['decode']['B16']['generate/transformers']['median']:.2f}×，"
@@ -270,7 +285,8 @@ def main(argv=None) -> int:
               f"（编译的固定形状步 {r['serving']['engine_compiled/transformers_throughput']['median']:.2f}×，"
               f"同样的 K/V 内存、至多 16 条 {r['serving']['engine_compiled_same_kv_memory/transformers_throughput']['median']:.2f}×）；"
               f"词元相同 {r['decode']['B1']['identical_to_our_greedy']}、{r['serving']['identical_to_our_greedy']}")
-        summary.append(f"{r['size']}: train {r['train_step']['ours/transformers']['median']:.2f}×, "
+        summary.append(f"{r['size']}: train {r['train_step']['ours/transformers']['median']:.2f}× "
+                       f"(fused loss {r['train_step']['ours_fused_loss/transformers']['median']:.2f}×), "
                        f"decode-B1 {d1['generate/transformers']['median']:.2f}× (compiled {d1['compiled/transformers']['median']:.2f}×), "
                        f"engine {r['serving']['engine/transformers_throughput']['median']:.2f}× tokens/s "
                        f"(compiled {r['serving']['engine_compiled/transformers_throughput']['median']:.2f}×, "
