@@ -236,3 +236,27 @@ def test_trainer_fused_loss_refuses_a_wrapped_model(monkeypatch):
     monkeypatch.setattr(dist, "get_rank", lambda *a: 0)
     with pytest.raises(ValueError, match="fused_loss=True 需要没有包装的模型"):
         DistributedLMTrainer(tiny_lm(), blocks, None, batch_size=4, progress=False, fused_loss=True)
+
+
+def test_trainer_fused_loss_refuses_an_output_layer_it_cannot_read():
+    """融合的损失只读 lm_head.weight：带偏置、装了 LoRA 或量化的输出层都会被悄悄算错，所以一开始就拒绝。"""
+    from tformer_lib.finetune import apply_lora
+
+    blocks = pack_documents(synthetic_docs(40), 17)
+    biased = tiny_lm(tie_embeddings=False)
+    biased.lm_head = torch.nn.Linear(biased.config.d_model, biased.config.vocab_size)
+    lora = apply_lora(tiny_lm(tie_embeddings=False), 2, 4.0, targets=("w_q", "lm_head"))
+    for model in (biased, lora):
+        with pytest.raises(ValueError, match="不带偏置的浮点 nn.Linear"):
+            LMTrainer(model, blocks, None, batch_size=4, progress=False, fused_loss=True)
+        LMTrainer(model, blocks, None, batch_size=4, progress=False)  # 默认做法照常
+
+
+def test_an_ignored_row_with_nan_does_not_touch_the_loss():
+    hidden, weight, targets = data()
+    with torch.no_grad():
+        hidden[0, 1] = float("nan")  # targets[0] 是 PAD：这一行不计
+        hidden[4, 2] = float("inf")
+    want = F.cross_entropy(hidden @ weight.T, targets, ignore_index=PAD)
+    got = linear_cross_entropy(hidden, weight, targets)
+    assert torch.isfinite(want) and abs(got.item() - want.item()) <= 1e-6 * abs(want.item())

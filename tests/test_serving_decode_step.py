@@ -217,3 +217,12 @@ def test_each_engine_step_is_one_fixed_shape_forward():
     assert len(calls) == engine.steps
     assert calls[0] == 3 + prefill_rows(sum(len(p) - 1 for p in prompts[:3]))  # 第一步：三条提示一起预填充
     assert min(calls) == 3  # 只有解码的步：恰好 max_batch 行
+
+
+def test_a_cache_of_another_model_is_refused():
+    model = _model(0, positional="rope", n_kv_heads=2)
+    shallow = make_lm(LMConfig(vocab_size=40, d_model=32, n_heads=4, n_layers=1, d_ff=48, max_len=48,
+                               positional="rope", n_kv_heads=2)).eval()
+    cache = PagedKVCache(shallow, num_blocks=4, block_size=4)  # K/V 的形状相同，只是少一层
+    with pytest.raises(ValueError, match="cache 有 1 层"):
+        PagedDecodeStep(model, 2, (0, 1)).step(cache, {})

@@ -9,7 +9,8 @@ r"""输出层与交叉熵融合（fused linear cross-entropy）：训练时不�
 
 为什么能在前向里就算梯度：交叉熵是计算图的最后一步，上游传回来的只是一个标量 ``grad_output``
 （通常是 1；梯度累积、损失缩放时是别的数），所以反向只需把存好的两个梯度乘上它（Liger Kernel 的
-FusedLinearCrossEntropy；Wijmans et al., 2024, *Cut Your Losses in Large-Vocabulary Language Models*）。
+FusedLinearCrossEntropy 的做法；Wijmans et al., 2024, *Cut Your Losses in Large-Vocabulary Language Models* 的
+Cut Cross-Entropy 同样不造整块的 logits，但只存 logsumexp，反向时逐块重算）。
 
 代价：矩阵乘法的 FLOPs 与普通做法相同（前向一次、反向两次）；任一时刻活着的只有一块 ``(c, V)`` 的 logits，
 外加与输入同样大小的两个梯度 ``(N, d)``、``(V, d)``。logits 总在 float32 里算（与 ``LMTrainer`` 的
@@ -51,7 +52,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 logits = h @ w.T  # (c, V)
                 lse = torch.logsumexp(logits, dim=1)  # (c,)
                 picked = logits.gather(1, target)[:, 0]  # (c,)
-                total += ((lse - picked) * keep).sum()
+                total += torch.where(keep, lse - picked, 0.0).sum()  # 被忽略的行不计（即使那一行有 NaN/inf）
                 if not (want_hidden or want_weight):
                     continue
                 g = logits.sub_(lse[:, None]).exp_()  # (c, V)：原地变成 softmax，不再多占一块
@@ -82,6 +83,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     - ``reduction``：``"mean"``（总和 / 不被忽略的目标数）或 ``"sum"``。
 
     返回 float32 的标量。只在需要梯度时（开着梯度、且 ``hidden`` 或 ``weight`` 要梯度）才在前向里算梯度。
+    ``hidden`` 与 ``weight`` 的 dtype 可以不同（autocast 下特征是 16 位），都逐块转成 float32 计算，梯度转回各自的 dtype。
+    只有一阶导数：梯度在前向里已算成数值，``create_graph=True`` 的二阶导数（如梯度惩罚）不会经过它。
     """
     tensor_with_dim("hidden", hidden, 2, "(N, d)")
     tensor_with_dim("weight", weight, 2, "(V, d)")

@@ -101,7 +101,8 @@ class LMTrainer:
     document_mask: 文档掩码（document masking）：每个块里的每篇文档位置从 0 数起、只看自己
         （:func:`~tformer_lib.lm.data.document_layout`）；默认 False = 只用因果掩码，后面的文档看得见前面的。
     fused_loss: 输出层与交叉熵融合（:func:`~tformer_lib.lm.fused_loss.linear_cross_entropy`）：不造出
-        ``(B·L, V)`` 的 logits 与它的梯度，损失与默认做法相同（到浮点误差）。只用于没有被 DDP 包起来的模型。
+        ``(B·L, V)`` 的 logits 与它的梯度，损失与默认做法相同（到浮点误差）。只用于没有被 DDP 包起来的模型，
+        且输出层是不带偏置的浮点 ``nn.Linear``（装了 LoRA 或量化的输出层会被拒绝）。
     ``history``：``step_loss``/``step_lr`` 每步一个数，``evals`` 是每次评估的字典（step、valid_loss、valid_ppl）。
     """
 
@@ -157,6 +158,10 @@ class LMTrainer:
             flag("progress", progress)
         flag("verbose", verbose)
         self.fused_loss = flag("fused_loss", fused_loss)
+        head = model.lm_head
+        if fused_loss and (type(head) is not nn.Linear or head.bias is not None or not head.weight.is_floating_point()):
+            raise ValueError(f"fused_loss=True 要求输出层是不带偏置的浮点 nn.Linear（融合的损失只读它的 weight），"
+                             f"收到 {type(head).__name__}（例如装了 LoRA 或量化的输出层）：请用 fused_loss=False")
         model.set_activation_checkpointing(activation_checkpointing)
         self.accumulation_steps, self.autocast, self.document_mask = accumulation_steps, autocast, document_mask
         device_type = next(model.parameters()).device.type

@@ -74,7 +74,8 @@ def prefill_rows(n: int) -> int:
 
 
 def read_blocks(length: int, block_size: int, limit: int) -> int:
-    """每行收集几块：放得下 ``length`` 个位置的块数，向上取到 2 的幂（至少 2 块、至多 ``limit``）。
+    """每行收集几块：放得下 ``length`` 个位置的块数，向上取到 2 的幂（至少 2 块、至多 ``limit``；``limit`` 不是 2 的幂时
+    可能取到它本身）。
 
     这一步最长的序列决定它；取 2 的幂，是为了只有少数几种形状（几张图），又不必每步都按满长的上下文去收集与注意。
     """
@@ -111,6 +112,8 @@ class PagedDecodeStep:
         self._warm: set[tuple[int, int]] = set()  # 已经编译过（调用过）的形状 (R, n_blocks)
 
     def _run(self, cache: PagedKVCache, tokens, positions, tables, write):
+        if len(cache.k) != len(self.model.blocks):
+            raise ValueError(f"cache 有 {len(cache.k)} 层 K/V，模型有 {len(self.model.blocks)} 块：请用这个模型建的 PagedKVCache")
         if not all(isinstance(t, torch.Tensor) for t in cache.k + cache.v):
             raise TypeError(f"固定形状的步要普通张量的 K/V 存储，收到 {type(cache.k[0]).__name__}"
                             "（量化的缓存请用 decode_step='eager'）")
