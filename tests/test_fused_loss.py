@@ -1,27 +1,17 @@
 """输出层与交叉熵融合（linear_cross_entropy）：损失与两个梯度等于 F.cross_entropy，不需要梯度时不算梯度；
 DecoderOnlyLM.hidden_states 与 forward 逐位一致；LMTrainer(fused_loss=True) 的损失与默认做法相同。"""
 
-import random
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer_lib import BOS, EOS, PAD
+from tformer_lib import PAD
 from tformer_lib.lm import LMConfig, LMTrainer, linear_cross_entropy, make_lm
 from tformer_lib.lm.data import pack_documents
 
+from test_lm_training import synthetic_docs  # 语言模型训练测试的那份可学的词元流
+
 N, D, V = 23, 16, 40
-
-
-def synthetic_docs(n=40, seed=0):
-    """可学的词元流：每篇文档是一段从随机起点开始的等差数列（模 20），长短不一。"""
-    rng = random.Random(seed)
-    docs = []
-    for _ in range(n):
-        start, step, length = rng.randrange(20), rng.choice([1, 2, 3]), rng.randrange(3, 14)
-        docs.append([BOS] + [4 + (start + step * i) % 20 for i in range(length)] + [EOS])
-    return docs
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

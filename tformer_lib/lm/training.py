@@ -197,41 +197,25 @@ class LMTrainer:
         路由辅助损失 × ``share``（这个微批占整批的份额；稠密模型这一项是 0）。日志与返回值只记交叉熵，
         稠密与 MoE 的损失才能直接比较。
         """
-        if self.fused_loss:
-            return self._fused_loss(inputs, targets, n_targets, share)
-        layout = {}
-        if self.document_mask:  # 每篇文档位置从 0 数、只看自己：positions (B, L)，attn_mask (B, 1, L, L)
-            layout = dict(zip(("positions", "attn_mask"), document_layout(inputs)))
-        if self.autocast is None:
-            logits = self.model(inputs, **layout)  # (B, L, V)
-        else:
-            with torch.autocast(inputs.device.type, AUTOCAST_DTYPES[self.autocast]):
-                logits = self.model(inputs, **layout)  # (B, L, V)，矩阵乘法在 16 位里算
-        logits = logits.float().flatten(0, 1)  # (B·L, V)：损失总在 float32 里算
-        if n_targets is None:
-            ce = F.cross_entropy(logits, targets.flatten(), ignore_index=PAD)
-        else:
-            ce = F.cross_entropy(logits, targets.flatten(), ignore_index=PAD, reduction="sum") / n_targets
         lm = getattr(self.model, "module", self.model)  # DDP 包着时取里面的模型
-        if not lm.moe_layers():
-            return ce, ce
-        return ce + share * lm.moe_loss().float(), ce
-
-    def _fused_loss(self, inputs: torch.Tensor, targets: torch.Tensor, n_targets: int | None,
-                    share: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """``fused_loss=True`` 时的 :meth:`_loss`：特征 ``(B·L, d_model)`` 与输出层的权重直接进融合的交叉熵。"""
-        lm = self.model
-        if hasattr(lm, "module"):  # DDP 的梯度同步挂在它自己的 forward 上，绕过 forward 就不同步
+        if self.fused_loss and lm is not self.model:  # DDP 的梯度同步挂在它自己的 forward 上，绕过 forward 就不同步
             raise ValueError("fused_loss=True 需要没有包装的模型（DecoderOnlyLM）：DDP 的梯度同步经过它的 forward，"
                              "而融合的损失只调用 hidden_states；请用 fused_loss=False")
         layout = {}
         if self.document_mask:  # 每篇文档位置从 0 数、只看自己：positions (B, L)，attn_mask (B, 1, L, L)
             layout = dict(zip(("positions", "attn_mask"), document_layout(inputs)))
+        # autocast 下矩阵乘法在 16 位里算；损失总在 float32 里算
         precision = torch.autocast(inputs.device.type, AUTOCAST_DTYPES[self.autocast]) if self.autocast else nullcontext()
-        with precision:  # autocast 下特征可能是 16 位；融合的损失逐块转成 float32
-            hidden = lm.hidden_states(inputs, **layout).flatten(0, 1)  # (B·L, d_model)
         reduction = "mean" if n_targets is None else "sum"
-        ce = linear_cross_entropy(hidden, lm.lm_head.weight, targets.flatten(), ignore_index=PAD, reduction=reduction)
+        if self.fused_loss:  # 特征与输出层的权重直接进融合的交叉熵，不造出 logits
+            with precision:
+                hidden = lm.hidden_states(inputs, **layout).flatten(0, 1)  # (B·L, d_model)
+            ce = linear_cross_entropy(hidden, lm.lm_head.weight, targets.flatten(), ignore_index=PAD, reduction=reduction)
+        else:
+            with precision:
+                logits = self.model(inputs, **layout)  # (B, L, V)
+            logits = logits.float().flatten(0, 1)  # (B·L, V)
+            ce = F.cross_entropy(logits, targets.flatten(), ignore_index=PAD, reduction=reduction)
         if n_targets is not None:
             ce = ce / n_targets
         if not lm.moe_layers():
