@@ -250,3 +250,15 @@ def test_an_ignored_row_with_nan_does_not_touch_the_loss():
     want = F.cross_entropy(hidden @ weight.T, targets, ignore_index=PAD)
     got = linear_cross_entropy(hidden, weight, targets)
     assert torch.isfinite(want) and abs(got.item() - want.item()) <= 1e-6 * abs(want.item())
+
+
+@pytest.mark.parametrize("d, rows, chunks", [(16, 300, 3), (200, 300, 2), (200, 200, 1)])
+def test_default_chunk_is_max_128_d(d, rows, chunks):
+    """默认每块 max(128, d) 行：d = 16 时 300 行分 3 块（128 + 128 + 44），d = 200 时 200 行一块。"""
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(rows, d, generator=g)
+    weight = torch.randn(V, d, generator=g)
+    targets = torch.randint(1, V, (rows,), generator=g)
+    with torch.no_grad():
+        assert _matmuls(lambda: linear_cross_entropy(hidden, weight, targets)) == {"aten::mm": chunks, "aten::addmm_": 0}
+        assert rel(linear_cross_entropy(hidden, weight, targets), F.cross_entropy(hidden @ weight.T, targets)) < 1e-6

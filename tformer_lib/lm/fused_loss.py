@@ -4,7 +4,8 @@ r"""输出层与交叉熵融合（fused linear cross-entropy）：训练时不�
 ``∂L/∂logits``。两者在 float32 里各占 :math:`N \cdot V \cdot 4` 字节：N = 8 × 2048 个位置、V = 128 000 个词时
 各约 8.4 GB——比整个 1B 模型的权重还大。这里按行分块（chunk），每次只算 ``chunk_size`` 行：
 
-    logits (c, V) → logsumexp → 损失项；需要梯度时当场算 g = softmax − one_hot(target)（再乘 1/目标数），
+    logits (c, V) → 减去行最大值、取 exp、求和 → logsumexp 与损失项；需要梯度时把同一块 exp 除以行和就是 softmax，
+    当场算 g = softmax − one_hot(target)（再乘 1/目标数），
     ∂L/∂hidden[块] = g @ weight，∂L/∂weight += gᵀ @ hidden[块]
 
 为什么能在前向里就算梯度：交叉熵是计算图的最后一步，上游传回来的只是一个标量 ``grad_output``
@@ -50,14 +51,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 keep = valid[rows]  # (c,)
                 target = torch.where(keep, targets[rows], 0)[:, None]  # (c, 1)：被忽略的位置随便指一个词
                 logits = h @ w.T  # (c, V)
-                lse = torch.logsumexp(logits, dim=1)  # (c,)
-                picked = logits.gather(1, target)[:, 0]  # (c,)
+                picked = logits.gather(1, target)[:, 0]  # (c,)：先取出目标的 logit，下面原地改写 logits
+                top = logits.amax(dim=1, keepdim=True)  # (c, 1)
+                p = logits.sub_(top).exp_()  # (c, V)：原地变成 exp(logit − 行最大值)，只算一遍 exp
+                total_exp = p.sum(dim=1)  # (c,)
+                lse = top[:, 0] + total_exp.log()  # (c,)：logsumexp
                 total += torch.where(keep, lse - picked, 0.0).sum()  # 被忽略的行不计（即使那一行有 NaN/inf）
                 if not (want_hidden or want_weight):
                     continue
-                g = logits.sub_(lse[:, None]).exp_()  # (c, V)：原地变成 softmax，不再多占一块
-                g.scatter_add_(1, target, torch.full_like(picked[:, None], -1.0))  # 减去 one_hot(target)
-                g.mul_((keep * scale)[:, None])  # (c, V)：被忽略的行清零，mean 再乘 1/目标数
+                row_scale = keep * scale  # (c,)：被忽略的行为 0，mean 再乘 1/目标数
+                g = p.mul_((row_scale / total_exp)[:, None])  # (c, V)：softmax × row_scale，不再多占一块
+                g.scatter_add_(1, target, -row_scale[:, None])  # 减去 one_hot(target) × row_scale
                 if want_hidden:
                     grad_hidden[rows] = g @ w  # (c, d)
                 if want_weight:
@@ -74,13 +78,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
-                         ignore_index: int = PAD, reduction: str = "mean", chunk_size: int = 128) -> torch.Tensor:
+                         ignore_index: int = PAD, reduction: str = "mean", chunk_size: int | None = None) -> torch.Tensor:
     """``F.cross_entropy(hidden @ weight.T, targets, ignore_index=…, reduction=…)``，但每次只造 ``chunk_size`` 行的 logits。
 
     - ``hidden``：``(N, d)`` 末层归一化后的特征（如 :meth:`~tformer_lib.lm.DecoderOnlyLM.hidden_states` 展平）；
     - ``weight``：``(V, d)`` 输出层的权重（没有偏置；与词嵌入共享也可以，梯度照常累加）；
     - ``targets``：``(N,)`` 的 ``torch.long``，等于 ``ignore_index`` 的位置不计损失；
-    - ``reduction``：``"mean"``（总和 / 不被忽略的目标数）或 ``"sum"``。
+    - ``reduction``：``"mean"``（总和 / 不被忽略的目标数）或 ``"sum"``；
+    - ``chunk_size``：每块的行数 c，默认 ``max(128, d)``——这样一块 logits ``(c, V)`` 与它累加进去的权重梯度
+      ``(V, d)`` 一样大（d ≥ 128 时），不多占一份更大的内存；块再小，逐块的开销与对 ``(V, d)`` 梯度的反复读写就显出来了
+      （``benchmarks/vs_transformers.py`` 的两种 d 上量过：d = 128 时 128 行、d = 512 时 512 行都比 128/256 行的固定块快或持平）。
 
     返回 float32 的标量。只在需要梯度时（开着梯度、且 ``hidden`` 或 ``weight`` 要梯度）才在前向里算梯度。
     ``hidden`` 与 ``weight`` 的 dtype 可以不同（autocast 下特征是 16 位），都逐块转成 float32 计算，梯度转回各自的 dtype。
@@ -104,7 +111,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
         raise TypeError(f"ignore_index 应是整数，收到 {type(ignore_index).__name__} {ignore_index!r}")
     one_of("reduction", reduction, ("mean", "sum"))
-    chunk_size = positive_int("chunk_size", chunk_size)
+    chunk_size = max(128, hidden.shape[1]) if chunk_size is None else positive_int("chunk_size", chunk_size)
     vocab = weight.shape[0]
     kept = targets[targets != ignore_index] if check_values(targets) else targets[:0]  # 读取值：见 check_values
     if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= vocab):
