@@ -217,6 +217,7 @@ def test_each_engine_step_is_one_fixed_shape_forward():
     assert len(calls) == engine.steps
     assert calls[0] == 3 + prefill_rows(sum(len(p) - 1 for p in prompts[:3]))  # 第一步：三条提示一起预填充
     assert min(calls) == 3  # 只有解码的步：恰好 max_batch 行
+    assert engine.forward_rows == sum(calls)  # 含空槽位与补齐的行
 
 
 def test_a_cache_of_another_model_is_refused():

@@ -213,6 +213,9 @@ def test_decode_and_prefill_share_one_forward():
     engine.run()
     # 第 1 步：a、b 一起预填充；第 2 步：a 已离开，b 解码 1 个、c 预填充 4 个，打包成一次前向 (1, 5)
     assert calls[:2] == [(1, 5), (1, 5)] and len(calls) == engine.steps
+    # eager 步只送真实的词元：每条提示一次，每个新词元（最后一个除外）再送回一次
+    assert engine.forward_rows == sum(shape[0] * shape[1] for shape in calls) == \
+        sum(len(r.prompt) + r.max_new_tokens - 1 for r in (a, b, c))
     assert [r.output for r in (a, b, c)] == [_alone(model, r.prompt, r.max_new_tokens) for r in (a, b, c)]
 
 

@@ -110,6 +110,7 @@ class PagedDecodeStep:
         self._step = (torch.compile(paged_forward, fullgraph=True, dynamic=False, options=options)
                       if compile else paged_forward)
         self._warm: set[tuple[int, int]] = set()  # 已经编译过（调用过）的形状 (R, n_blocks)
+        self.forward_rows = 0  # 算完的步送进模型的行数之和（含空槽位与补齐的行）
 
     def _run(self, cache: PagedKVCache, tokens, positions, tables, write):
         if len(cache.k) != len(self.model.blocks):
@@ -165,5 +166,7 @@ class PagedDecodeStep:
         longest = max(position for _, position, _, _ in lines) + 1
         n = read_blocks(longest, cache.manager.block_size, -(-max_len // cache.manager.block_size))
         tables = [table + [0] * (n - len(table)) for _, _, _, table in lines]  # 补齐的块号被掩码挡住
-        return self._run(cache, [t for t, _, _, _ in lines], [p for _, p, _, _ in lines], tables,
-                         [w for _, _, w, _ in lines])
+        out = self._run(cache, [t for t, _, _, _ in lines], [p for _, p, _, _ in lines], tables,
+                        [w for _, _, w, _ in lines])
+        self.forward_rows += len(lines)
+        return out
