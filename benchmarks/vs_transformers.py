@@ -6,7 +6,8 @@
 
 同一进程、1 个线程、交替测量（每一轮各条路径各跑一次，相邻两轮顺序相反），报告中位数与四分位范围，以及逐轮相除的比值：
 
-- **训练一步**：前向 + 交叉熵 + 反向 + AdamW（两边同样的 ``torch.optim.AdamW``）。我们的一栏有两行：同样先造出
+- **训练一步**：前向 + 交叉熵 + 反向 + AdamW（两边同样的 ``torch.optim.AdamW``）；一步不到 1 秒时每个样本是连续
+  几步的平均（约 1 秒），轮数是其余各项的两倍；再各剖析一步，记下矩阵乘法的调用次数与占用时的比例；我们的一栏有两行：同样先造出
   logits 再 ``F.cross_entropy``（两边做的运算一样），以及库里输出层与交叉熵融合的损失
   （:func:`~tformer_lib.lm.linear_cross_entropy`，``LMTrainer(fused_loss=True)``；矩阵乘法一样多，只是不造出
   ``(B·T, V)`` 的 logits 与它的梯度）；
@@ -18,7 +19,8 @@
   eager，和编译的固定形状步（``decode_step="compiled"``，:mod:`tformer_lib.serving.decode_step`；编译时间单独报告）；
   再加一行“同样的 K/V 内存”：分页缓存的块数取 transformers 那几批的峰值位置数（一批左填充到最宽的提示、再长到最长
   的要求），``max_batch`` 放到 16——分页按每条序列的实际长度分块（接纳时按它的最终长度预留），同样多的内存里能同时跑
-  更多条。每条路径的前向次数（``steps``，:func:`serving_steps`）也记下来：吞吐的差别可以拆成“步数”与“每步的用时”。
+  更多条。每条路径的前向次数（``steps``）与送进模型的行数（``rows``，:func:`serving_work`）也记下来：吞吐的差别
+  可以拆成“步数 × 每步的用时”，行数说明一步为什么贵（或不贵）。
 
 每条路径的词元都与我们单独贪心生成的相同（结果里的 ``identical``）。最后一行：各项的“我们 / transformers”比值。
 
@@ -96,6 +98,27 @@ def _train_step(model, tokens, hf: bool, fused: bool = False):
     return step
 
 
+def _matmul_profile(fn) -> dict:
+    """剖析 ``fn()`` 一次：矩阵乘法（``aten::mm``/``addmm``/``addmm_``/``bmm``）的调用次数与自身用时占全部算子自身用时的比例。"""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    events = prof.key_averages()
+    matmuls = [e for e in events if e.key in ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm")]
+    total = sum(e.self_cpu_time_total for e in events)
+    return {"matmul_calls": sum(e.count for e in matmuls),
+            "matmul_share": sum(e.self_cpu_time_total for e in matmuls) / total}
+
+
+def _repeated(fn, repeat: int):
+    """连着调用 ``fn`` ``repeat`` 次的函数；计时时除以 ``repeat`` 得到每次的秒数（见 ``run`` 里的训练一步）。"""
+    def many():
+        for _ in range(repeat):
+            fn()
+    return many
+
+
 def _requests(vocab: int, n: int, seed: int = 0) -> list[tuple[list[int], int]]:
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -121,11 +144,14 @@ def _hf_static_batches(theirs, requests, batch: int) -> list[list[int]]:
     return outputs
 
 
-def serving_steps(requests, vocab: int, context: int, same_memory: dict, batch: int = 8) -> dict:
-    """每条服务路径要做几次前向。没有 EOS，每条请求正好生成它要的词元数，调度只看长度、与模型无关：
+def serving_work(requests, vocab: int, context: int, same_memory: dict, batch: int = 8) -> dict:
+    """每条服务路径做几次前向（``steps``）、送进模型多少行（``rows``，每个词元在每层都是矩阵乘法的一行）。
+    没有 EOS，每条请求正好生成它要的词元数，调度只看长度、与模型无关：
 
-    - ``transformers``：每批 1 次预填充 + (最长的要求 − 1) 次解码 = 每批最长的要求那么多次；
-    - 引擎：:attr:`Engine.steps`，用一个很小的随机模型、``decode_step="fixed"`` 数（eager 与 compiled 的调度相同）。
+    - ``transformers``：每批 1 次预填充（本批行数 × 最宽的提示）+ (最长的要求 − 1) 次解码（每次本批行数）；
+    - 引擎：:attr:`Engine.steps` 与 :attr:`Engine.forward_rows`，用一个很小的随机模型、``decode_step="fixed"``
+      数（eager 与 compiled 的调度相同；eager 的步只送真实的词元，行数是 ``rows["useful"]``）；
+    - ``useful``：每条提示一次、每个新词元（最后一个除外）再送回一次——哪种调度也少不了的行数。
     """
     from tformer_lib.lm import LMConfig, make_lm
     from tformer_lib.serving import Engine
@@ -133,12 +159,15 @@ def serving_steps(requests, vocab: int, context: int, same_memory: dict, batch: 
 
     torch.manual_seed(0)
     tiny = make_lm(LMConfig(vocab_size=vocab, d_model=8, n_heads=1, n_layers=1, d_ff=8, max_len=context)).eval()
-    steps = {"transformers": sum(max(n for _, n in requests[i:i + batch]) for i in range(0, len(requests), batch))}
+    groups = [requests[i:i + batch] for i in range(0, len(requests), batch)]
+    steps = {"transformers": sum(max(n for _, n in g) for g in groups)}
+    rows = {"transformers": sum(len(g) * (max(len(p) for p, _ in g) + max(n for _, n in g) - 1) for g in groups),
+            "useful": sum(len(p) + n - 1 for p, n in requests)}
     for name, options in (("engine", {"max_batch": batch}), ("engine_same_kv_memory", same_memory)):
         engine = Engine(tiny, decode_step="fixed", **options)
         engine.run([Request(list(p), n) for p, n in requests])
-        steps[name] = engine.steps
-    return steps
+        steps[name], rows[name] = engine.steps, engine.forward_rows
+    return {"steps": steps, "rows": rows}
 
 
 def run(size: str, rounds: int, quick: bool) -> dict:
@@ -169,11 +198,18 @@ def run(size: str, rounds: int, quick: bool) -> dict:
              "transformers": _train_step(copy.deepcopy(theirs).train(), tokens, hf=True)}
     first = {name: fn() for name, fn in steps.items()}
     result["train_first_loss_diff"] = max(abs(first[k] - first["transformers"]) for k in ("ours", "ours_fused_loss"))
-    times = interleaved_samples(steps, rounds, warmup=1, alternate=True)
+    # 一步只有零点几秒时，单步的抖动比两边的差还大：每个样本取连续 repeat 步的平均（一个样本约 1 秒），轮数加倍
+    start = time.perf_counter()
+    steps["transformers"]()
+    repeat = max(1, round(1.0 / (time.perf_counter() - start)))
+    times = interleaved_samples({k: _repeated(fn, repeat) for k, fn in steps.items()}, 2 * rounds, warmup=1,
+                                alternate=True)
+    times = {k: [t / repeat for t in v] for k, v in times.items()}  # 每步的秒数
     result["train_step"] = {"seconds": {k: _summary(v) for k, v in times.items()},
                             "ours/transformers": ratio_summary(times["ours"], times["transformers"]),
                             "ours_fused_loss/transformers": ratio_summary(times["ours_fused_loss"], times["transformers"]),
-                            "batch": [batch, seq]}
+                            "batch": [batch, seq], "steps_per_sample": repeat, "rounds": 2 * rounds,
+                            "profile": {k: _matmul_profile(fn) for k, fn in steps.items()}}
 
     # 预填充
     prompt = torch.randint(3, vocab, (1, 64), generator=g)  # (1, 64)
@@ -249,7 +285,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
                              times["transformers"], times["engine_compiled_same_kv_memory"]),
                          "same_kv_memory": {"positions": hf_positions, **same_memory},
                          "batch": {"transformers": 8, "engine_max_batch": 8},
-                         "steps": serving_steps(requests, vocab, context, same_memory),
+                         **serving_work(requests, vocab, context, same_memory),
                          "engine_compile_seconds": compile_seconds, "identical_to_our_greedy": identical}
     return result
 
