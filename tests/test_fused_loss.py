@@ -262,3 +262,20 @@ def test_default_chunk_is_max_128_d(d, rows, chunks):
     with torch.no_grad():
         assert _matmuls(lambda: linear_cross_entropy(hidden, weight, targets)) == {"aten::mm": chunks, "aten::addmm_": 0}
         assert rel(linear_cross_entropy(hidden, weight, targets), F.cross_entropy(hidden @ weight.T, targets)) < 1e-6
+
+
+def test_half_precision_gradients_survive_loss_scaling():
+    """16 位输入、损失乘 2^16 再反向（GradScaler 的做法）：梯度与 float32 里算好再转 16 位的一样准，
+    不会在乘上缩放因子之前就转成 16 位而下溢成 0。"""
+    g = torch.Generator().manual_seed(2)
+    hidden = torch.randn(512, 64, generator=g).half().requires_grad_()
+    weight = (torch.randn(2000, 64, generator=g) * 0.005).half().requires_grad_()
+    targets = torch.randint(1, 2000, (512,), generator=g)
+    scale = 2.0 ** 16
+    grads = torch.autograd.grad(linear_cross_entropy(hidden, weight, targets) * scale, (hidden, weight))
+    h32, w32 = (x.detach().float().requires_grad_() for x in (hidden, weight))
+    want = torch.autograd.grad(F.cross_entropy(h32 @ w32.T, targets) * scale, (h32, w32))  # float32 的参照
+    for got, ref in zip(grads, want):
+        assert got.dtype == torch.float16
+        assert int((got == 0).sum()) == int((ref.half() == 0).sum())  # 没有多出下溢的 0
+        assert rel(got.float(), ref) < 1e-3  # 只差最后一次舍入到 16 位

@@ -14,8 +14,9 @@ FusedLinearCrossEntropy 的做法；Wijmans et al., 2024, *Cut Your Losses in La
 Cut Cross-Entropy 同样不造整块的 logits，但只存 logsumexp，反向时逐块重算）。
 
 代价：矩阵乘法的 FLOPs 与普通做法相同（前向一次、反向两次）；任一时刻活着的只有一块 ``(c, V)`` 的 logits，
-外加与输入同样大小的两个梯度 ``(N, d)``、``(V, d)``。logits 总在 float32 里算（与 ``LMTrainer`` 的
-``logits.float()`` 一样；autocast 下也不降到 16 位），梯度再转回输入的 dtype。
+外加与输入同形的两个 float32 梯度 ``(N, d)``、``(V, d)``。logits 总在 float32 里算（与 ``LMTrainer`` 的
+``logits.float()`` 一样；autocast 下也不降到 16 位）；梯度在反向乘上 ``grad_output`` 之后才转回输入的 dtype
+（16 位输入配损失缩放时，小梯度不会在乘上缩放因子之前就下溢）。
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # mean：梯度乘 1/目标数；一个目标也没有时损失是 0/0 = NaN、梯度是 0（与 F.cross_entropy 相同）
         scale = 1.0 if reduction == "sum" else 1.0 / count.clamp(min=1)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        grad_hidden = torch.empty_like(hidden) if want_hidden else None  # (N, d)
+        # 两个梯度都留在 float32 里，反向乘上 grad_output 之后才转回输入的 dtype：16 位输入配损失缩放时，
+        # 先转 16 位会让小梯度在乘上缩放因子之前就下溢成 0
+        grad_hidden = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device) if want_hidden else None  # (N, d)
         grad_weight = torch.zeros_like(w) if want_weight else None  # (V, d)，float32 里累加
         with torch.autocast(hidden.device.type, enabled=False):  # 这一层的矩阵乘法留在 float32
             for start in range(0, hidden.shape[0], chunk_size):
@@ -66,14 +69,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     grad_hidden[rows] = g @ w  # (c, d)
                 if want_weight:
                     grad_weight.addmm_(g.T, h)  # (V, d) += (V, c) @ (c, d)
-        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype) if want_weight else None)
+        ctx.dtypes = hidden.dtype, weight.dtype
+        ctx.save_for_backward(grad_hidden, grad_weight)
         return total if reduction == "sum" else total / count
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output):
         grad_hidden, grad_weight = ctx.saved_tensors
-        grads = [None if g is None else (g * grad_output).to(g.dtype) for g in (grad_hidden, grad_weight)]
+        grads = [None if g is None else (g * grad_output.float()).to(dtype)
+                 for g, dtype in zip((grad_hidden, grad_weight), ctx.dtypes)]
         return (*grads, None, None, None, None, None, None)
 
 
@@ -90,7 +95,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
       （``benchmarks/vs_transformers.py`` 的两种 d 上量过：d = 128 时 128 行、d = 512 时 512 行都比 128/256 行的固定块快或持平）。
 
     返回 float32 的标量。只在需要梯度时（开着梯度、且 ``hidden`` 或 ``weight`` 要梯度）才在前向里算梯度。
-    ``hidden`` 与 ``weight`` 的 dtype 可以不同（autocast 下特征是 16 位），都逐块转成 float32 计算，梯度转回各自的 dtype。
+    ``hidden`` 与 ``weight`` 的 dtype 可以不同（autocast 下特征是 16 位），都逐块转成 float32 计算，梯度转回各自的 dtype（float64 的输入也在 float32 里算：误差是 float32 的量级）。
     只有一阶导数：梯度在前向里已算成数值，``create_graph=True`` 的二阶导数（如梯度惩罚）不会经过它。
     """
     tensor_with_dim("hidden", hidden, 2, "(N, d)")
