@@ -1,5 +1,6 @@
 """引擎的固定形状步（``decode_step="fixed"``/``"compiled"``）：生成的词元与逐条 ``generate`` 相同。"""
 
+import contextlib
 import random
 
 import pytest
@@ -175,6 +176,39 @@ def test_a_failed_step_is_undone_and_the_engine_goes_on(mode):
     engine.run()
     assert [r.output for r in requests] == [_alone(model, p, n) for p, n in zip(prompts, limits)]
     assert engine.cache.manager.used_blocks == 0
+
+
+
+@pytest.mark.parametrize("mode", ["eager", "fixed"])
+def test_forward_rows_skips_a_step_that_failed_inside_the_model(mode):
+    # 前向做到输出层时出错：这一步被撤回，steps 与 forward_rows 都不算它；续跑之后与没出错的一遍相同
+    model = _model(2, positional="rope")
+    rng = random.Random(4)
+    prompts = [[rng.randrange(3, 40) for _ in range(rng.randint(1, 9))] for _ in range(5)]
+
+    def serve(fail_at=None):
+        engine = Engine(model, max_batch=3, block_size=4, decode_step=mode)
+        requests = [engine.add_request(p, 5) for p in prompts]
+        calls = []
+
+        def hook(*_):
+            calls.append(1)
+            if len(calls) == fail_at:
+                raise KeyboardInterrupt
+
+        handle = model.lm_head.register_forward_hook(hook)
+        try:
+            with pytest.raises(KeyboardInterrupt) if fail_at else contextlib.nullcontext():
+                engine.run()
+            engine.run()  # 出错之后续跑（没出错时什么也不做）
+        finally:
+            handle.remove()
+        return engine, [r.output for r in requests]
+
+    clean, outputs = serve()
+    resumed, resumed_outputs = serve(fail_at=3)
+    assert resumed_outputs == outputs
+    assert (resumed.steps, resumed.forward_rows) == (clean.steps, clean.forward_rows)
 
 
 def test_fixed_step_helpers_refuse_bad_arguments():

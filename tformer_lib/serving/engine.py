@@ -115,7 +115,7 @@ class Engine:
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}  # 槽位号 → 请求
         self.steps = 0
-        self._eager_rows = 0  # eager 前向送进模型的词元数（固定形状步的行数由 PagedDecodeStep 自己数）
+        self._rows = 0  # 做完的步送进模型的行数（见 forward_rows）
         self.peak_held_bytes = 0
         self.prefill_tokens_saved = 0  # 前缀缓存省下的预填充词元数
         self._ids = itertools.count()
@@ -246,7 +246,6 @@ class Engine:
         首尾相接成 ``(1, N)``（:meth:`~.paged_cache.PagedKVCache.packed_view`），不为对齐最长的提示补齐。
         """
         seq_ids, lengths = [r.request_id for _, r, _ in work], [len(tokens) for _, _, tokens in work]
-        self._eager_rows += sum(lengths)
         if max(lengths) == 1:
             cache, positions, mask = self.cache.decode_view(seq_ids)
             batch = torch.tensor([tokens for _, _, tokens in work], device=positions.device)  # (B, 1)
@@ -284,22 +283,28 @@ class Engine:
         work = [(slot, r, [r.output[-1]]) for slot, r in sorted(self.running.items())]  # 解码：每行送入上一个词元
         admitted = self._admit()  # 预填充：送入提示中没被前缀缓存覆盖的部分
         lengths = {r.request_id: self.cache.manager.lengths[r.request_id] for _, r, _ in work}
+        rows = 0
         try:
             if self._fixed is not None and all(r.adapter is None for _, r, _ in work + admitted):
+                before = self._fixed.forward_rows
                 self._fixed_forward(work, admitted)
+                rows = self._fixed.forward_rows - before
             elif work or admitted:
                 self._forward(work + admitted)
+                rows = sum(len(tokens) for _, _, tokens in work + admitted)
         except BaseException:  # 前向出错或被打断（Ctrl-C）：撤回这一步，引擎仍可接着用（不留下没有输出的“运行中”请求）
             self._undo_step(lengths, admitted)
             raise
         self.steps += 1
+        self._rows += rows
 
     @property
     def forward_rows(self) -> int:
-        """到目前为止送进模型的词元行数（每个词元在每层里都是矩阵乘法的一行）：eager 步只有真实的词元；固定形状的步
+        """到目前为止做完的步（与 :attr:`steps` 数的是同样的步；出错撤回的步不算）送进模型的词元行数（每个词元在每层里都是
+        矩阵乘法的一行）：eager 步只有真实的词元；固定形状的步
         每步 ``max_batch`` 个槽位行（空槽位也算）加上补齐到 2 的幂的预填充行。与 :attr:`steps` 一起看一步的用时随行数
         怎样变（第 13 章与 ``transformers`` 的对照）。"""
-        return self._eager_rows + (self._fixed.forward_rows if self._fixed is not None else 0)
+        return self._rows
 
     def _undo_step(self, lengths: dict[int, int], admitted: list[tuple[int, Request, list[int]]]) -> None:
         """撤回没做完的一步：运行中的序列退回这一步之前的长度（多分的块留在它的块表里，下一步接着用），
