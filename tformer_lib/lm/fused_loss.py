@@ -91,8 +91,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     - ``targets``：``(N,)`` 的 ``torch.long``，等于 ``ignore_index`` 的位置不计损失；
     - ``reduction``：``"mean"``（总和 / 不被忽略的目标数）或 ``"sum"``；
     - ``chunk_size``：每块的行数 c，默认 ``max(128, d)``——这样一块 logits ``(c, V)`` 与它累加进去的权重梯度
-      ``(V, d)`` 一样大（d ≥ 128 时），不多占一份更大的内存；块再小，逐块的开销与对 ``(V, d)`` 梯度的反复读写就显出来了
-      （``benchmarks/vs_transformers.py`` 的两种 d 上量过：d = 128 时 128 行、d = 512 时 512 行都比 128/256 行的固定块快或持平）。
+      ``(V, d)`` 一样大（d ≥ 128 时），不多占一份更大的内存；块再小，逐块的开销与对 ``(V, d)`` 梯度的反复读写
+      （每块一次 ``addmm_``）就显出来了。
 
     返回 float32 的标量。只在需要梯度时（开着梯度、且 ``hidden`` 或 ``weight`` 要梯度）才在前向里算梯度。
     ``hidden`` 与 ``weight`` 的 dtype 可以不同（autocast 下特征是 16 位），都逐块转成 float32 计算，梯度转回各自的 dtype（float64 的输入也在 float32 里算：误差是 float32 的量级）。
