@@ -20,7 +20,8 @@
   再加一行“同样的 K/V 内存”：分页缓存的块数取 transformers 那几批的峰值位置数（一批左填充到最宽的提示、再长到最长
   的要求），``max_batch`` 放到 16——分页按每条序列的实际长度分块（接纳时按它的最终长度预留），同样多的内存里能同时跑
   更多条。每条路径的前向次数（``steps``）与送进模型的行数（``rows``，:func:`serving_work`）也记下来：吞吐的差别
-  可以拆成“步数 × 每步的用时”，行数说明一步为什么贵（或不贵）。
+  可以拆成“步数 × 每步的用时”，行数说明一步为什么贵（或不贵）。一次运行不到 1 秒的路径（编译的引擎约 0.4 秒），
+  每个样本是连续几次运行的平均（约 1 秒，次数记在 ``runs_per_sample``）。
 
 每条路径的词元都与我们单独贪心生成的相同（结果里的 ``identical``）。最后一行：各项的“我们 / transformers”比值。
 
@@ -119,6 +120,13 @@ def _repeated(fn, repeat: int):
     return many
 
 
+def _runs_per_second(fn) -> int:
+    """``fn`` 连着跑几次约 1 秒（至少 1 次）：先跑一次计时。"""
+    start = time.perf_counter()
+    fn()
+    return max(1, round(1.0 / (time.perf_counter() - start)))
+
+
 def _requests(vocab: int, n: int, seed: int = 0) -> list[tuple[list[int], int]]:
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -199,9 +207,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
     first = {name: fn() for name, fn in steps.items()}
     result["train_first_loss_diff"] = max(abs(first[k] - first["transformers"]) for k in ("ours", "ours_fused_loss"))
     # 一步只有零点几秒时，单步的抖动比两边的差还大：每个样本取连续 repeat 步的平均（一个样本约 1 秒），轮数加倍
-    start = time.perf_counter()
-    steps["transformers"]()
-    repeat = max(1, round(1.0 / (time.perf_counter() - start)))
+    repeat = _runs_per_second(steps["transformers"])
     times = interleaved_samples({k: _repeated(fn, repeat) for k, fn in steps.items()}, 2 * rounds, warmup=1,
                                 alternate=True)
     times = {k: [t / repeat for t in v] for k, v in times.items()}  # 每步的秒数
@@ -274,8 +280,12 @@ def run(size: str, rounds: int, quick: bool) -> dict:
     paths = {"engine": lambda: engine_run("eager"), "engine_compiled": lambda: engine_run(compiled_step),
              "engine_compiled_same_kv_memory": lambda: engine_run(compiled_step, **same_memory),
              "transformers": lambda: _hf_static_batches(theirs, requests, 8)}
+    # 与训练一步同理：一次运行不到 1 秒的路径，每个样本取连续几次运行的平均（约 1 秒），一次短暂的干扰摊薄在几次里
     with torch.no_grad():
-        times = interleaved_samples(paths, rounds, warmup=1, alternate=True)
+        runs = {k: 1 if quick else _runs_per_second(fn) for k, fn in paths.items()}  # --quick 只核对流程
+        times = interleaved_samples({k: _repeated(fn, runs[k]) for k, fn in paths.items()}, rounds, warmup=1,
+                                    alternate=True)
+    times = {k: [t / runs[k] for t in v] for k, v in times.items()}  # 每次运行的秒数
     result["serving"] = {"requests": len(requests), "useful_tokens": useful,
                          "tokens_per_second": {k: _summary([useful / t for t in v]) for k, v in times.items()},
                          "engine/transformers_throughput": ratio_summary(times["transformers"], times["engine"]),
@@ -284,7 +294,7 @@ def run(size: str, rounds: int, quick: bool) -> dict:
                          "engine_compiled_same_kv_memory/transformers_throughput": ratio_summary(
                              times["transformers"], times["engine_compiled_same_kv_memory"]),
                          "same_kv_memory": {"positions": hf_positions, **same_memory},
-                         "batch": {"transformers": 8, "engine_max_batch": 8},
+                         "batch": {"transformers": 8, "engine_max_batch": 8}, "runs_per_sample": runs,
                          **serving_work(requests, vocab, context, same_memory),
                          "engine_compile_seconds": compile_seconds, "identical_to_our_greedy": identical}
     return result
