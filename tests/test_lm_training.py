@@ -228,6 +228,27 @@ def test_lm_trainer_evaluate_and_fit_errors():
     assert trainer.fit() == {} and trainer.step == 3  # 没有验证数据：照常训练，只是不评估
 
 
+@pytest.mark.parametrize("accumulation_steps", [1, 2])
+def test_a_batch_without_targets_is_refused_before_any_update(accumulation_steps):
+    """一批块的目标全是 PAD/BOS：交叉熵是 0/0。以前不累积时得到 NaN（报成“损失发散、调小学习率”），累积时悄悄做一个
+    梯度为 0 的 AdamW 步（权重衰减与动量照样改参数）。现在两种都在改动任何东西之前报错，点名 train_blocks。"""
+    blocks = torch.full((4, 9), PAD)  # (N, L+1)
+    blocks[:, 0] = BOS
+    blocks[:, 4] = BOS  # 第二篇文档的 BOS 作目标也不计
+    trainer = LMTrainer(tiny_model(), blocks, None, batch_size=4, warmup=1, total_steps=3, progress=False,
+                        accumulation_steps=accumulation_steps)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(ValueError, match=r"第 1 步的一批块里没有要预测的目标.*train_blocks"):
+        trainer.train_step()
+    assert trainer.step == 0 and trainer.tokens_seen == 0 and trainer.history["step_lr"] == []
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert all(p.grad is None for p in trainer.model.parameters())
+    blocks[0, 2] = 7  # 一个真实目标就够：这一批照常训练，损失有限
+    trainer = LMTrainer(tiny_model(), blocks, None, batch_size=4, warmup=1, total_steps=3, progress=False,
+                        accumulation_steps=accumulation_steps)
+    assert math.isfinite(trainer.train_step()) and trainer.tokens_seen == 1
+
+
 def test_evaluate_poem_model_refuses_an_unknown_split():
     from tformer_lib.lm.quality import evaluate_poem_model
 

@@ -222,6 +222,11 @@ class LMTrainer:
             return ce, ce
         return ce + share * lm.moe_loss().float(), ce
 
+    def _count_targets(self, targets: torch.Tensor) -> int:
+        """这一步整批里要预测的目标数（非 PAD）。:class:`~tformer_lib.parallel.DistributedLMTrainer` 里每个进程只拿到
+        全局批的一份，它把各进程的数加起来：所有进程看到同一个数，要报错就一起报错，不会有进程等在 all-reduce 里。"""
+        return int((targets != PAD).sum())
+
     def _check_finite(self, loss: torch.Tensor) -> None:
         if not torch.isfinite(loss):
             raise TrainingDivergedError(
@@ -236,10 +241,14 @@ class LMTrainer:
         每个微批的损失是“总和 / 整批的非 PAD 目标数”，所以累加出的梯度与一次算整批相同（测试保证）。
         混合专家模型例外：负载均衡损失与容量按一次前向的词元（一组）算，每个微批是一组，
         所以路由器的梯度与整批一次前向不同（交叉熵部分仍相同）。
+        一批里没有要预测的目标（目标全是 PAD 或 BOS；多进程时数的是整个全局批）时报 ValueError，参数、优化器与步数都不动。
         """
         self.model.train()
         device = next(self.model.parameters()).device
         inputs, targets = loss_targets(self.batch(self.step).to(device))  # (B, L), (B, L)
+        if self._count_targets(targets) == 0:  # 否则交叉熵是 0/0：不累积时是 NaN，累积时是一个梯度为 0 的 AdamW 步
+            raise ValueError(f"第 {self.step + 1} 步的一批块里没有要预测的目标（目标全是 PAD 或 BOS），交叉熵没有定义："
+                             "train_blocks 的每一批至少要有一个真实词元作目标（块里 BOS 之后至少还有一个真实词元）")
         self.optimizer.zero_grad(set_to_none=True)
         scale = (lambda t: self.scaler.scale(t)) if self.scaler is not None else (lambda t: t)
         if self.accumulation_steps == 1:
@@ -247,7 +256,7 @@ class LMTrainer:
             self._check_finite(objective)
             scale(objective).backward()
         else:
-            n_targets = max(1, int((targets != PAD).sum()))
+            n_targets = int((targets != PAD).sum())  # 本进程的；多进程时 _loss 换成全局的数（上面已查过全局不为 0）
             loss = torch.zeros(())
             for inp, tgt in zip(inputs.chunk(self.accumulation_steps), targets.chunk(self.accumulation_steps)):
                 objective, part = self._loss(inp, tgt, n_targets, 1 / self.accumulation_steps)  # 微批 (B/k, L)

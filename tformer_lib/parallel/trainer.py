@@ -44,6 +44,15 @@ class DistributedLMTrainer(LMTrainer):
         whole = super().batch(step)  # (B, L+1)：各进程算出同一个全局批
         return whole[self.rank :: self.world_size]  # (B/p, L+1)
 
+    def _count_targets(self, targets):
+        """整个全局批的目标数：各进程的数求和（本进程的一份可以全是 PAD，只要全局还有目标）。"""
+        local = super()._count_targets(targets)
+        if self.ddp is None:
+            return local
+        count = torch.tensor([float(local)], dtype=torch.float64, device=targets.device)
+        dist.all_reduce(count)
+        return int(count)
+
     def _loss(self, inputs, targets, n_targets, share=1.0):
         if self.ddp is None:
             return super()._loss(inputs, targets, n_targets, share)
