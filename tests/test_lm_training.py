@@ -238,9 +238,11 @@ def test_a_batch_without_targets_is_refused_before_any_update(accumulation_steps
     trainer = LMTrainer(tiny_model(), blocks, None, batch_size=4, warmup=1, total_steps=3, progress=False,
                         accumulation_steps=accumulation_steps)
     before = [p.detach().clone() for p in trainer.model.parameters()]
-    with pytest.raises(ValueError, match=r"第 1 步的一批块里没有要预测的目标.*train_blocks"):
+    trainer.model.eval()
+    with pytest.raises(ValueError, match=r"第 1 步的一批（batch_size=4 块.*没有要预测的目标.*train_blocks"):
         trainer.train_step()
     assert trainer.step == 0 and trainer.tokens_seen == 0 and trainer.history["step_lr"] == []
+    assert not trainer.model.training  # 连 train/eval 模式也不动
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     assert all(p.grad is None for p in trainer.model.parameters())
     blocks[0, 2] = 7  # 一个真实目标就够：这一批照常训练，损失有限

@@ -241,14 +241,16 @@ class LMTrainer:
         每个微批的损失是“总和 / 整批的非 PAD 目标数”，所以累加出的梯度与一次算整批相同（测试保证）。
         混合专家模型例外：负载均衡损失与容量按一次前向的词元（一组）算，每个微批是一组，
         所以路由器的梯度与整批一次前向不同（交叉熵部分仍相同）。
-        一批里没有要预测的目标（目标全是 PAD 或 BOS；多进程时数的是整个全局批）时报 ValueError，参数、优化器与步数都不动。
+        一批里没有要预测的目标（目标全是 PAD 或 BOS；多进程时数的是整个全局批）时报 ValueError，参数、优化器、步数与模型的
+        train/eval 模式都不动。
         """
-        self.model.train()
         device = next(self.model.parameters()).device
         inputs, targets = loss_targets(self.batch(self.step).to(device))  # (B, L), (B, L)
         if self._count_targets(targets) == 0:  # 否则交叉熵是 0/0：不累积时是 NaN，累积时是一个梯度为 0 的 AdamW 步
-            raise ValueError(f"第 {self.step + 1} 步的一批块里没有要预测的目标（目标全是 PAD 或 BOS），交叉熵没有定义："
-                             "train_blocks 的每一批至少要有一个真实词元作目标（块里 BOS 之后至少还有一个真实词元）")
+            raise ValueError(f"第 {self.step + 1} 步的一批（batch_size={self.batch_size} 块；多进程时数的是整个全局批）"
+                             "里没有要预测的目标（目标全是 PAD 或 BOS），交叉熵没有定义：train_blocks 的每一批至少要有"
+                             "一个真实词元作目标（块里 BOS 之后至少还有一个真实词元）")
+        self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         scale = (lambda t: self.scaler.scale(t)) if self.scaler is not None else (lambda t: t)
         if self.accumulation_steps == 1:

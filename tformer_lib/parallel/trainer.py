@@ -1,7 +1,9 @@
 """``torchrun`` 下的语言模型训练：:class:`~tformer_lib.lm.LMTrainer` 加上数据并行（DDP），其余不变。
 
 每一步：与单进程相同的全局批（同一个种子、同一个打乱），rank r 只取其中第 r、r+p、… 块；前向、反向经
-``DistributedDataParallel``，梯度在所有进程间平均——于是参数更新与单进程整批相同（测试证明）。
+``DistributedDataParallel``，梯度在所有进程间平均——于是参数更新与单进程整批相同（测试证明）。混合专家模型例外：
+路由的负载均衡损失按一次前向的词元算（见 :meth:`~tformer_lib.lm.LMTrainer.train_step`），每个进程的那一份是一组，
+路由器的梯度与单进程整批不同（交叉熵部分仍相同）。
 日志里的损失是各进程的平均；只有 rank 0 打印、显示进度条（保存检查点也只在 rank 0，见 ``lm-train``）。
 """
 
