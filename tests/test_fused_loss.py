@@ -126,6 +126,7 @@ def test_all_ignored_matches_pytorch(reduction, n):
     ({"hidden": torch.zeros(N, D, dtype=torch.long)}, TypeError, r"hidden 应是浮点张量，收到 dtype torch.int64"),
     ({"weight": torch.zeros(V)}, ValueError, r"weight 应是 2 维张量 \(V, d\)"),
     ({"weight": torch.zeros(V, D + 1)}, ValueError, r"weight 的形状 \(40, 17\).*d=16"),
+    ({"weight": torch.zeros(0, D)}, ValueError, r"weight 的形状 \(0, 16\) 应为 \(V, d\)、V ≥ 1"),
     ({"hidden": [[0.0]]}, TypeError, r"hidden 应是形状为 \(N, d\) 的 torch.Tensor，收到 list"),
     ({"targets": torch.zeros(N, 1, dtype=torch.long)}, ValueError, r"targets 应是 1 维张量 \(N,\)"),
     ({"targets": torch.zeros(N, dtype=torch.int32)}, TypeError, r"targets 应是 torch.long.*收到 dtype torch.int32"),

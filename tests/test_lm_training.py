@@ -239,7 +239,10 @@ def test_a_batch_without_targets_is_refused_before_any_update(accumulation_steps
                         accumulation_steps=accumulation_steps)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.model.eval()
-    with pytest.raises(ValueError, match=r"第 1 步的一批（batch_size=4 块.*没有要预测的目标.*train_blocks"):
+    rows = sorted(int(r) for r in trainer._batch_rows(0))
+    assert rows == [0, 1, 2, 3]  # 一批就是全部 4 块：报错信息按打乱后的次序列出它们
+    with pytest.raises(ValueError, match=r"第 1 步的一批（batch_size=4 块：train_blocks 的第 (\d, ){3}\d 行；.*"
+                                         r"没有要预测的目标.*train_blocks"):
         trainer.train_step()
     assert trainer.step == 0 and trainer.tokens_seen == 0 and trainer.history["step_lr"] == []
     assert not trainer.model.training  # 连 train/eval 模式也不动

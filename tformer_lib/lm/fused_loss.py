@@ -104,6 +104,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     for name, x in (("hidden", hidden), ("weight", weight)):
         if not x.dtype.is_floating_point:
             raise TypeError(f"{name} 应是浮点张量，收到 dtype {x.dtype}")
+    if weight.shape[0] == 0:
+        raise ValueError(f"weight 的形状 {tuple(weight.shape)} 应为 (V, d)、V ≥ 1：词表里至少要有一个词")
     if weight.shape[1] != hidden.shape[1]:
         raise ValueError(f"weight 的形状 {tuple(weight.shape)} 应为 (V, d)、d 与 hidden 的 d={hidden.shape[1]} 相同")
     if targets.dtype != torch.long:

@@ -185,9 +185,13 @@ class LMTrainer:
 
     def batch(self, step: int) -> torch.Tensor:
         """第 ``step`` 步（从 0 数）的那一批块：每个 epoch 按 ``seed`` 与 epoch 编号重新打乱，丢掉不满一批的尾巴。"""
+        return self.train_blocks[self._batch_rows(step)]
+
+    def _batch_rows(self, step: int) -> torch.Tensor:
+        """第 ``step`` 步那一批（整个全局批）的块在 ``train_blocks`` 里的行号 ``(batch_size,)``。"""
         epoch, k = divmod(step, self.batches_per_epoch)
         order = torch.randperm(len(self.train_blocks), generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
-        return self.train_blocks[order[k * self.batch_size : (k + 1) * self.batch_size]]
+        return order[k * self.batch_size : (k + 1) * self.batch_size]
 
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor, n_targets: int | None,
               share: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -247,9 +251,11 @@ class LMTrainer:
         device = next(self.model.parameters()).device
         inputs, targets = loss_targets(self.batch(self.step).to(device))  # (B, L), (B, L)
         if self._count_targets(targets) == 0:  # 否则交叉熵是 0/0：不累积时是 NaN，累积时是一个梯度为 0 的 AdamW 步
-            raise ValueError(f"第 {self.step + 1} 步的一批（batch_size={self.batch_size} 块；多进程时数的是整个全局批）"
-                             "里没有要预测的目标（目标全是 PAD 或 BOS），交叉熵没有定义：train_blocks 的每一批至少要有"
-                             "一个真实词元作目标（块里 BOS 之后至少还有一个真实词元）")
+            rows = self._batch_rows(self.step).tolist()
+            shown = ", ".join(map(str, rows[:8])) + ("，……" if len(rows) > 8 else "")
+            raise ValueError(f"第 {self.step + 1} 步的一批（batch_size={self.batch_size} 块：train_blocks 的第 {shown} 行；"
+                             "多进程时数的是整个全局批）里没有要预测的目标（目标全是 PAD 或 BOS），交叉熵没有定义："
+                             "train_blocks 的每一批至少要有一个真实词元作目标（块里 BOS 之后至少还有一个真实词元）")
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         scale = (lambda t: self.scaler.scale(t)) if self.scaler is not None else (lambda t: t)
