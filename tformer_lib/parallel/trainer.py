@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..lm.training import LMTrainer
+from ..specials import PAD
 from .launch import is_rank0
 
 __all__ = ["DistributedLMTrainer"]
@@ -45,25 +46,24 @@ class DistributedLMTrainer(LMTrainer):
         whole = super().batch(step)  # (B, L+1)：各进程算出同一个全局批
         return whole[self.rank :: self.world_size]  # (B/p, L+1)
 
-    @staticmethod
-    def _summed_over_ranks(local: int, device) -> int:
-        """各进程的目标数加起来（每个进程都要调用：all-reduce）。"""
-        count = torch.tensor([float(local)], dtype=torch.float64, device=device)
-        dist.all_reduce(count)
-        return int(count)
-
     def _count_targets(self, targets):
         """整个全局批的目标数：各进程的数求和（本进程的一份可以全是 PAD，只要全局还有目标）。"""
         local = super()._count_targets(targets)
-        return local if self.ddp is None else self._summed_over_ranks(local, targets.device)
+        if self.ddp is None:
+            return local
+        count = torch.tensor([float(local)], dtype=torch.float64, device=targets.device)
+        dist.all_reduce(count)
+        return int(count)
 
     def _loss(self, inputs, targets, n_targets, share=1.0):
         if self.ddp is None:
             return super()._loss(inputs, targets, n_targets, share)
         # 各进程的块里 PAD 目标数不同：“各自求平均再平均”≠ 整批平均。改用“本进程总和 / (全局目标数 / p)”，
         # DDP 再把 p 个梯度平均，恰好是 Σ总和 / 全局目标数——与单进程整批逐位同一个量
-        local = n_targets if n_targets is not None else super()._count_targets(targets)
-        per_rank = max(1, self._summed_over_ranks(local, targets.device)) / self.world_size
+        local = n_targets if n_targets is not None else int((targets != PAD).sum())
+        count = torch.tensor([float(local)], dtype=torch.float64, device=targets.device)
+        dist.all_reduce(count)
+        per_rank = max(1.0, float(count)) / self.world_size
         model, self.model = self.model, self.ddp  # 前向经 DDP，反向时它在各进程间平均梯度
         try:
             return super()._loss(inputs, targets, per_rank, share)
