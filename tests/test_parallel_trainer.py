@@ -48,9 +48,8 @@ def _blocks_with_an_empty_rank():
     blocks = torch.randint(4, 24, (4, 9), generator=gen)  # (N, L+1)
     blocks[:, 0] = BOS
     blocks[:, 6:] = PAD
-    blocks[:, 1] = torch.arange(4, 8)  # 每块第 1 个词元不同：认得出打乱后的次序
     probe = LMTrainer(make_lm(LMConfig(**CONFIG)), blocks, None, **_options(1))
-    order = [int(row[1]) - 4 for row in probe.batch(0)]  # 全局批的第 i 块是原来的第 order[i] 块
+    order = probe._batch_rows(0).tolist()  # 全局批的第 i 块是原来的第 order[i] 块
     blocks[[order[1], order[3]], 1:] = PAD
     return blocks
 

@@ -197,7 +197,7 @@ class LMTrainer:
               share: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """一批（或一个微批）的 ``(目标函数, 交叉熵)``。
 
-        交叉熵：``n_targets`` 给出时是“总和 / 整批的非 PAD 目标数”（梯度累积用）。目标函数 = 交叉熵 + 混合专家的
+        交叉熵：``n_targets``（整批的非 PAD 目标数，:meth:`_count_targets` 数的）给出时是“总和 / n_targets”（梯度累积用）。目标函数 = 交叉熵 + 混合专家的
         路由辅助损失 × ``share``（这个微批占整批的份额；稠密模型这一项是 0）。日志与返回值只记交叉熵，
         稠密与 MoE 的损失才能直接比较。
         """
@@ -250,7 +250,8 @@ class LMTrainer:
         """
         device = next(self.model.parameters()).device
         inputs, targets = loss_targets(self.batch(self.step).to(device))  # (B, L), (B, L)
-        if self._count_targets(targets) == 0:  # 否则交叉熵是 0/0：不累积时是 NaN，累积时是一个梯度为 0 的 AdamW 步
+        n_targets = self._count_targets(targets)  # 整批的非 PAD 目标数（多进程时是整个全局批的）
+        if n_targets == 0:  # 否则交叉熵是 0/0：不累积时是 NaN，累积时是一个梯度为 0 的 AdamW 步
             rows = self._batch_rows(self.step).tolist()
             shown = ", ".join(map(str, rows[:8])) + ("，……" if len(rows) > 8 else "")
             raise ValueError(f"第 {self.step + 1} 步的一批（batch_size={self.batch_size} 块：train_blocks 的第 {shown} 行；"
@@ -264,7 +265,6 @@ class LMTrainer:
             self._check_finite(objective)
             scale(objective).backward()
         else:
-            n_targets = int((targets != PAD).sum())  # 本进程的；多进程时 _loss 换成全局的数（上面已查过全局不为 0）
             loss = torch.zeros(())
             for inp, tgt in zip(inputs.chunk(self.accumulation_steps), targets.chunk(self.accumulation_steps)):
                 objective, part = self._loss(inp, tgt, n_targets, 1 / self.accumulation_steps)  # 微批 (B/k, L)
