@@ -47,7 +47,8 @@ class DistributedLMTrainer(LMTrainer):
 
     def _count_targets(self, targets):
         """整个全局批的目标数：各进程数自己的一份，all-reduce 求和（本进程的一份可以全是 PAD，只要全局还有目标）。
-        ``train_step`` 每步调用一次（所有进程都调用），用它检查空批，也把它交给 :meth:`_loss` 作分母。"""
+        ``train_step`` 每步先调用它检查空批（所有进程都调用）；梯度累积时把这个数交给每个微批的 :meth:`_loss` 作分母，
+        不累积时 :meth:`_loss` 再调用一次（同一个数）。"""
         local = super()._count_targets(targets)
         if self.ddp is None:
             return local
@@ -59,7 +60,7 @@ class DistributedLMTrainer(LMTrainer):
         if self.ddp is None:
             return super()._loss(inputs, targets, n_targets, share)
         # 各进程的块里 PAD 目标数不同：“各自求平均再平均”≠ 整批平均。改用“本进程总和 / (全局目标数 / p)”，
-        # DDP 再把 p 个梯度平均，恰好是 Σ总和 / 全局目标数——与单进程整批逐位同一个量
+        # DDP 再把 p 个梯度平均，恰好是 Σ总和 / 全局目标数——与单进程整批是同一个量（只差浮点求和的顺序）
         count = n_targets if n_targets is not None else self._count_targets(targets)  # 全局目标数（train_step 已查过不为 0）
         per_rank = count / self.world_size
         model, self.model = self.model, self.ddp  # 前向经 DDP，反向时它在各进程间平均梯度
